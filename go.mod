@@ -1,0 +1,3 @@
+module github.com/audioproof/audioproof
+
+go 1.26.8
