@@ -20,8 +20,8 @@ type Tolerance struct {
 // ApproxResult is the outcome of a cross-backend comparison.
 type ApproxResult struct {
 	Within  bool    `json:"within"`
-	Numbers int     `json:"numbers"`       // numeric values (and WAV samples) compared
-	MaxAbs  float64 `json:"max_abs_diff"`  // largest absolute difference seen
+	Numbers int     `json:"numbers"`        // numeric values (and WAV samples) compared
+	MaxAbs  float64 `json:"max_abs_diff"`   // largest absolute difference seen
 	Diff    *Diff   `json:"diff,omitempty"` // first value out of tolerance or structural difference
 }
 
