@@ -157,7 +157,7 @@ func (c *checker) indexFinding(it *item) (*finding, error) {
 		}
 		return f, nil
 	case it.idx == nil:
-		return &finding{kind: KindDeleted, detail: "removed from the index (staged or committed deletion)"}, nil
+		return &finding{kind: KindDeleted, detail: "removed from the index (staged or committed deletion)", diff: c.deletedDiff(it)}, nil
 	}
 	return c.compareEntry(it.path, it.base, it.idx.Mode, it.idx.Hash, func() ([]byte, error) { return c.blob(it.idx.Hash) }, "index")
 }
@@ -192,7 +192,7 @@ func (c *checker) diskFinding(it *item) (*finding, string, error) {
 	case it.base == nil && it.disk == nil:
 		return nil, where, nil
 	case it.disk == nil:
-		return &finding{kind: KindDeleted, detail: "missing from the working tree"}, where, nil
+		return &finding{kind: KindDeleted, detail: "missing from the working tree", diff: c.deletedDiff(it)}, where, nil
 	case it.base == nil:
 		return c.addedFinding(it), where, nil
 	}
@@ -221,8 +221,20 @@ func (c *checker) diskFinding(it *item) (*finding, string, error) {
 	return f, where, err
 }
 
+// deletedDiff shows a deleted base file's content.
+func (c *checker) deletedDiff(it *item) string {
+	if typeOf(it.base.mode) != "file" {
+		return ""
+	}
+	was, err := c.blob(it.base.hash)
+	if err != nil {
+		return ""
+	}
+	return textDiff(it.path, was, nil, "base/"+it.path, "/dev/null")
+}
+
 func (c *checker) addedFinding(it *item) *finding {
-	f := &finding{kind: KindAdded, detail: "not in the base"}
+	f := &finding{kind: KindAdded, detail: "tracked (staged or committed) but not in the base"}
 	if it.disk.untracked {
 		f.detail = "untracked and not ignored, not in the base"
 	}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"boundaries": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs boundaries/testdata/script/*.txtar: each builds real git
+// repositories with git and checks the tool's verdicts, exit codes and reports.
+func TestScripts(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("the scripts build repositories with git, which is not installed")
+	}
+	testscript.Run(t, testscript.Params{
+		Dir:           "testdata/script",
+		UpdateScripts: os.Getenv("TESTSCRIPT_UPDATE") != "",
+		Setup: func(env *testscript.Env) error {
+			// Isolate git from the machine's configuration.
+			env.Setenv("HOME", env.WorkDir)
+			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
+			env.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+			env.Setenv("GIT_AUTHOR_NAME", "Boundary Test")
+			env.Setenv("GIT_AUTHOR_EMAIL", "test@example.invalid")
+			env.Setenv("GIT_COMMITTER_NAME", "Boundary Test")
+			env.Setenv("GIT_COMMITTER_EMAIL", "test@example.invalid")
+			env.Setenv("GIT_CONFIG_COUNT", "3")
+			env.Setenv("GIT_CONFIG_KEY_0", "init.defaultBranch")
+			env.Setenv("GIT_CONFIG_VALUE_0", "main")
+			env.Setenv("GIT_CONFIG_KEY_1", "protocol.file.allow")
+			env.Setenv("GIT_CONFIG_VALUE_1", "always")
+			env.Setenv("GIT_CONFIG_KEY_2", "core.autocrlf")
+			env.Setenv("GIT_CONFIG_VALUE_2", "false")
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"jsonfield":  cmdJSONField,
+			"junitcheck": cmdJUnitCheck,
+			"crlf":       cmdCRLF,
+			"setenvfile": cmdSetenvFile,
+		},
+	})
+}
+
+// cmdJSONField prints the JSON value at a dotted path (numbers index arrays):
+// jsonfield FILE base.commit
+func cmdJSONField(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: jsonfield FILE PATH")
+	}
+	var v any
+	if err := json.Unmarshal([]byte(ts.ReadFile(args[0])), &v); err != nil {
+		ts.Fatalf("%s is not valid JSON: %v", args[0], err)
+	}
+	for _, key := range strings.Split(args[1], ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[key]; !ok {
+				ts.Fatalf("%s: no key %q at %s", args[0], key, args[1])
+			}
+		case []any:
+			i, err := strconv.Atoi(key)
+			if err != nil || i < 0 || i >= len(x) {
+				ts.Fatalf("%s: bad index %q (length %d) at %s", args[0], key, len(x), args[1])
+			}
+			v = x[i]
+		default:
+			ts.Fatalf("%s: %q is below a scalar at %s", args[0], key, args[1])
+		}
+	}
+	out, _ := json.Marshal(v)
+	fmt.Fprintln(ts.Stdout(), string(out))
+}
+
+type junitDoc struct {
+	XMLName  xml.Name `xml:"testsuites"`
+	Tests    int      `xml:"tests,attr"`
+	Failures int      `xml:"failures,attr"`
+	Suites   []struct {
+		Name     string `xml:"name,attr"`
+		Tests    int    `xml:"tests,attr"`
+		Failures int    `xml:"failures,attr"`
+		Cases    []struct {
+			Name      string `xml:"name,attr"`
+			Classname string `xml:"classname,attr"`
+			Failure   *struct {
+				Message string `xml:"message,attr"`
+				Type    string `xml:"type,attr"`
+				Body    string `xml:",chardata"`
+			} `xml:"failure"`
+		} `xml:"testcase"`
+	} `xml:"testsuite"`
+}
+
+// cmdJUnitCheck validates a JUnit file's structure and counts, then prints
+// one line per test case: "pass NAME" or "fail NAME TYPE".
+func cmdJUnitCheck(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: junitcheck FILE")
+	}
+	var doc junitDoc
+	if err := xml.Unmarshal([]byte(ts.ReadFile(args[0])), &doc); err != nil {
+		ts.Fatalf("%s is not JUnit XML: %v", args[0], err)
+	}
+	tests, failures := 0, 0
+	for _, s := range doc.Suites {
+		fails := 0
+		for _, c := range s.Cases {
+			if c.Name == "" || c.Classname == "" {
+				ts.Fatalf("test case without name or classname in %s", args[0])
+			}
+			if c.Failure != nil {
+				if c.Failure.Message == "" || c.Failure.Type == "" || c.Failure.Body == "" {
+					ts.Fatalf("failure of %s lacks message, type or body", c.Name)
+				}
+				fails++
+				fmt.Fprintf(ts.Stdout(), "fail %s %s\n", c.Name, c.Failure.Type)
+			} else {
+				fmt.Fprintf(ts.Stdout(), "pass %s\n", c.Name)
+			}
+		}
+		if s.Tests != len(s.Cases) || s.Failures != fails {
+			ts.Fatalf("suite %s counts tests=%d failures=%d, but has %d cases, %d failing", s.Name, s.Tests, s.Failures, len(s.Cases), fails)
+		}
+		tests += s.Tests
+		failures += s.Failures
+	}
+	if doc.Tests != tests || doc.Failures != failures {
+		ts.Fatalf("testsuites counts tests=%d failures=%d, suites add up to %d/%d", doc.Tests, doc.Failures, tests, failures)
+	}
+}
+
+// cmdCRLF rewrites files with CRLF line endings: crlf FILE...
+func cmdCRLF(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: crlf FILE...")
+	}
+	for _, f := range args {
+		s := strings.ReplaceAll(ts.ReadFile(f), "\r\n", "\n")
+		if err := os.WriteFile(ts.MkAbs(f), []byte(strings.ReplaceAll(s, "\n", "\r\n")), 0o644); err != nil {
+			ts.Fatalf("%v", err)
+		}
+	}
+}
+
+// cmdSetenvFile sets VAR to FILE's trimmed content: setenvfile VAR FILE
+func cmdSetenvFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: setenvfile VAR FILE")
+	}
+	ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile(args[1])))
+}
