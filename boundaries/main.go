@@ -22,8 +22,6 @@ import (
 	"strings"
 	"time"
 
-	git "github.com/go-git/go-git/v5"
-
 	"github.com/audioproof/audioproof/boundaries/check"
 	"github.com/audioproof/audioproof/boundaries/policy"
 	"github.com/audioproof/audioproof/boundaries/report"
@@ -137,19 +135,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // worktreeRoot finds the working tree root above dir, for the default policy.
 func worktreeRoot(dir string) (string, error) {
-	r, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true})
-	if err != nil {
-		abs, _ := filepath.Abs(dir)
-		if errors.Is(err, git.ErrRepositoryNotExists) {
-			return "", fmt.Errorf("%w: %s is not inside a git working tree (no .git found here or above); pass --repo with the checkout's folder", check.ErrNotRepository, abs)
-		}
-		return "", fmt.Errorf("%w: open %s: %v", check.ErrRepository, abs, err)
-	}
-	wt, err := r.Worktree()
-	if err != nil {
-		return "", fmt.Errorf("%w: %s is a bare repository; the check needs a working tree", check.ErrNotRepository, dir)
-	}
-	return wt.Filesystem.Root(), nil
+	_, root, err := check.Open(dir)
+	return root, err
 }
 
 func writeFile(name, format string, in report.Input) error {

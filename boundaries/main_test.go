@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"encoding/xml"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +54,7 @@ func TestScripts(t *testing.T) {
 			"junitcheck": cmdJUnitCheck,
 			"crlf":       cmdCRLF,
 			"setenvfile": cmdSetenvFile,
+			"status":     cmdStatus,
 		},
 	})
 }
@@ -163,4 +167,52 @@ func cmdSetenvFile(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: setenvfile VAR FILE")
 	}
 	ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile(args[1])))
+}
+
+// scriptEnv lists the variables the scripts set or rely on.
+var scriptEnv = []string{"PATH", "HOME", "XDG_CONFIG_HOME", "TMPDIR", "WORK",
+	"GIT_CONFIG_NOSYSTEM", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+	"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0", "GIT_CONFIG_KEY_1", "GIT_CONFIG_VALUE_1",
+	"GIT_CONFIG_KEY_2", "GIT_CONFIG_VALUE_2"}
+
+// cmdStatus runs boundaries and checks its exit status exactly:
+// status 2 --base nosuch
+func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: status CODE [ARG...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("status: bad exit code %q", args[0])
+	}
+	var bin string
+	for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
+		if fi, err := os.Stat(filepath.Join(dir, "boundaries")); err == nil && !fi.IsDir() {
+			bin = filepath.Join(dir, "boundaries")
+			break
+		}
+	}
+	if bin == "" {
+		ts.Fatalf("status: boundaries is not in $PATH")
+	}
+	cmd := exec.Command(bin, args[1:]...)
+	cmd.Dir = ts.MkAbs(".")
+	for _, k := range scriptEnv {
+		cmd.Env = append(cmd.Env, k+"="+ts.Getenv(k))
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	ts.Stdout().Write(stdout.Bytes())
+	ts.Stderr().Write(stderr.Bytes())
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		got = ee.ExitCode()
+	} else if err != nil {
+		ts.Fatalf("status: run boundaries: %v", err)
+	}
+	if got != want {
+		ts.Fatalf("boundaries exited with status %d, want %d\nstdout:\n%s\nstderr:\n%s", got, want, stdout.String(), stderr.String())
+	}
 }

@@ -121,23 +121,13 @@ func Run(opts Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRepository, err)
 	}
-	if _, err := os.Stat(abs); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v; pass --repo with the checkout's folder", ErrNotRepository, abs, err)
-	}
-	repo, err := git.PlainOpenWithOptions(abs, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true})
+	repo, root, err := Open(abs)
 	if err != nil {
-		if errors.Is(err, git.ErrRepositoryNotExists) {
-			return nil, fmt.Errorf("%w: %s is not inside a git working tree (no .git found here or above); pass --repo with the checkout's folder", ErrNotRepository, abs)
-		}
-		return nil, fmt.Errorf("%w: open %s: %v", ErrRepository, abs, err)
-	}
-	wt, err := repo.Worktree()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s is a bare repository; the check needs a working tree (run it in a clone or a git worktree)", ErrNotRepository, abs)
+		return nil, err
 	}
 	c := &checker{
 		repo:       repo,
-		root:       wt.Filesystem.Root(),
+		root:       root,
 		pol:        opts.Policy,
 		items:      map[string]*item{},
 		gitlinks:   map[string]bool{},
@@ -206,6 +196,33 @@ func Run(opts Options) (*Result, error) {
 	c.policyState(res, opts.PolicyFile)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// Open opens the repository whose working tree holds dir and returns it with
+// the working tree's root folder.
+func Open(dir string) (*git.Repository, string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrRepository, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return nil, "", fmt.Errorf("%w: %s: %v; pass --repo with the checkout's folder", ErrNotRepository, abs, err)
+	}
+	repo, err := git.PlainOpenWithOptions(abs, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true})
+	if err != nil {
+		if errors.Is(err, git.ErrRepositoryNotExists) {
+			if _, berr := git.PlainOpen(abs); berr == nil {
+				return nil, "", fmt.Errorf("%w: %s is a bare repository; the check needs a working tree (run it in a clone or a git worktree)", ErrNotRepository, abs)
+			}
+			return nil, "", fmt.Errorf("%w: %s is not inside a git working tree (no .git found here or above); pass --repo with the checkout's folder", ErrNotRepository, abs)
+		}
+		return nil, "", fmt.Errorf("%w: open %s: %v", ErrRepository, abs, err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %s is a bare repository; the check needs a working tree (run it in a clone or a git worktree)", ErrNotRepository, abs)
+	}
+	return repo, wt.Filesystem.Root(), nil
 }
 
 // covering lists the policy entries that cover p.
