@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
