@@ -92,8 +92,11 @@ func Text(w io.Writer, in Input) error {
 		fmt.Fprintf(&b, "  %-12s %s [%s] %s\n", v.Kind, v.Path, strings.Join(v.Where, ","), v.Detail)
 		if v.Diff != "" {
 			limit := textDiffLines
-			if v.Kind == check.KindAllowedEdit {
-				limit *= 3
+			switch v.Kind {
+			case check.KindAllowedEdit:
+				limit *= 3 // the point of the report: show what else changed
+			case check.KindAdded, check.KindDeleted:
+				limit = textDiffLines / 4 // a whole file: its start is enough here
 			}
 			lines := strings.SplitAfter(strings.TrimSuffix(v.Diff, "\n"), "\n")
 			for i, l := range lines {
