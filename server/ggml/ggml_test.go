@@ -1,0 +1,744 @@
+package ggml
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ebitengine/purego"
+)
+
+var (
+	testOnce   sync.Once
+	testLib    *Library
+	testLibErr error
+	vulkanEnv  bool
+)
+
+// openTestLib opens the ggml folder once per test binary: the Vulkan build
+// when present (it holds the CPU backend too), so both backends are tested.
+func openTestLib(t *testing.T) *Library {
+	t.Helper()
+	testOnce.Do(func() {
+		dir := DefaultDir()
+		if _, err := os.Stat(filepath.Join(dir, "libggml-base.so")); err != nil {
+			testLibErr = fmt.Errorf("ggml libraries not found in %s: run `make deps` (scripts/fetch-ggml.sh) first", dir)
+			return
+		}
+		if filepath.Base(dir) == "vulkan" {
+			changed, err := PrepareVulkanEnv(func(f string, a ...any) { fmt.Printf("ggml test: "+f+"\n", a...) })
+			vulkanEnv = changed
+			if err != nil {
+				fmt.Printf("ggml test: Vulkan not prepared: %v\n", err)
+			}
+		}
+		testLib, testLibErr = Open(dir)
+	})
+	if testLibErr != nil {
+		if errors.Is(testLibErr, ErrNotFound) || strings.Contains(testLibErr.Error(), "make deps") && testLib == nil && !errors.Is(testLibErr, ErrVersion) {
+			t.Skip(testLibErr)
+		}
+		t.Fatal(testLibErr)
+	}
+	return testLib
+}
+
+func backends(t *testing.T, lib *Library) []*Backend {
+	t.Helper()
+	cpu, err := lib.NewBackend("cpu", 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cpu.Close() })
+	out := []*Backend{cpu}
+	vk, err := lib.NewBackend("vulkan", 0, 0)
+	if err != nil {
+		t.Logf("Vulkan not tested: %v (install libvulkan1 mesa-vulkan-drivers and run `make deps`)", err)
+		return out
+	}
+	t.Cleanup(func() { vk.Close() })
+	return append(out, vk)
+}
+
+func TestCheckVersion(t *testing.T) {
+	if err := CheckVersion(WantVersion, WantCommit); err != nil {
+		t.Fatalf("exact version rejected: %v", err)
+	}
+	if err := CheckVersion(WantVersion, WantCommit+"ffee"); err != nil {
+		t.Fatalf("longer commit hash with the right prefix rejected: %v", err)
+	}
+	for _, c := range []struct{ v, c string }{{"0.25.0", WantCommit}, {WantVersion, "1234567"}, {"", ""}, {WantVersion, ""}} {
+		err := CheckVersion(c.v, c.c)
+		if !errors.Is(err, ErrVersion) {
+			t.Fatalf("CheckVersion(%q, %q) = %v, want ErrVersion", c.v, c.c, err)
+		}
+		for _, want := range []string{WantVersion, WantCommit, "make deps"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+		}
+		if c.v != "" && !strings.Contains(err.Error(), c.v) {
+			t.Errorf("error %q does not name the found version %q", err, c.v)
+		}
+	}
+}
+
+func TestOpenMissing(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Join(dir, "absent"), dir} {
+		_, err := Open(d)
+		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "make deps") {
+			t.Fatalf("Open(%s) = %v, want ErrNotFound naming make deps", d, err)
+		}
+	}
+	// A base library without a loader.
+	if err := os.WriteFile(filepath.Join(dir, "libggml-base.so"), []byte("not a library"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "loader") {
+		t.Fatalf("Open without loader = %v", err)
+	}
+}
+
+func TestDefaultDirEnv(t *testing.T) {
+	t.Setenv(EnvDir, "/some/where")
+	if got := DefaultDir(); got != "/some/where" {
+		t.Fatalf("DefaultDir with %s set = %q", EnvDir, got)
+	}
+	t.Setenv(EnvDir, "")
+	got := DefaultDir()
+	if !strings.Contains(got, filepath.Join(".deps", "ggml")) {
+		t.Fatalf("DefaultDir = %q, want a .deps/ggml folder", got)
+	}
+}
+
+func TestOpenAndDevices(t *testing.T) {
+	lib := openTestLib(t)
+	if lib.Version() != WantVersion || !strings.HasPrefix(lib.Commit(), WantCommit) {
+		t.Fatalf("version %s %s", lib.Version(), lib.Commit())
+	}
+	again, err := Open(lib.Dir())
+	if err != nil || again != lib {
+		t.Fatalf("second Open of the same folder = %p, %v; want the same library", again, err)
+	}
+	if _, err := Open(t.TempDir()); err == nil {
+		t.Fatal("opening a second folder in one process succeeded")
+	}
+	devs := lib.Devices()
+	hasCPU := false
+	for _, d := range devs {
+		hasCPU = hasCPU || d.Backend == "cpu" && d.Type == "cpu" && d.Ordinal == 0 && d.MemoryTotal > 0
+	}
+	if !hasCPU {
+		t.Fatalf("devices %+v: no CPU device", devs)
+	}
+	var buf bytes.Buffer
+	if err := lib.DeviceTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"BACKEND", "DESCRIPTION", "TYPE", "MEMORY TOTAL", "cpu", "CPU"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("device table lacks %q:\n%s", want, out)
+		}
+	}
+	if vulkanEnv {
+		if !strings.Contains(out, "llvmpipe") {
+			t.Errorf("lavapipe prepared but the table shows no llvmpipe device:\n%s", out)
+		}
+	}
+	t.Logf("\n%s", out)
+}
+
+func TestNewBackendErrors(t *testing.T) {
+	lib := openTestLib(t)
+	_, err := lib.NewBackend("cuda", 0, 1)
+	if !errors.Is(err, ErrNoBackend) || !strings.Contains(err.Error(), "cpu device 0") {
+		t.Fatalf("cuda on a machine without it: %v; want ErrNoBackend listing the cpu device", err)
+	}
+	_, err = lib.NewBackend("cpu", 5, 1)
+	if !errors.Is(err, ErrNoBackend) || !strings.Contains(err.Error(), "--device 5") {
+		t.Fatalf("cpu device 5: %v", err)
+	}
+	_, err = lib.NewBackend("tpu", 0, 1)
+	if !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("unknown backend: %v", err)
+	}
+	be, err := lib.NewBackend("CPU", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if be.Kind() != "cpu" || be.Threads() <= 0 {
+		t.Fatalf("backend %s threads %d", be, be.Threads())
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	if _, err := be.Fork(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Fork after Close = %v", err)
+	}
+	if _, err := be.NewAllocator(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("NewAllocator after Close = %v", err)
+	}
+}
+
+func randF32(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = r.Float32()*2 - 1
+	}
+	return v
+}
+
+func maxDiff(a, b []float32) float64 {
+	m := 0.0
+	for i := range a {
+		m = math.Max(m, math.Abs(float64(a[i]-b[i])))
+	}
+	return m
+}
+
+func TestAddOnEveryBackend(t *testing.T) {
+	lib := openTestLib(t)
+	for _, be := range backends(t, lib) {
+		t.Run(be.Kind(), func(t *testing.T) {
+			ctx, err := lib.NewContext(8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ctx.Close()
+			a := ctx.NewTensor1D(TypeF32, 5).SetName("a")
+			b := ctx.NewTensor1D(TypeF32, 5).SetName("b")
+			sum := ctx.Add(a, b)
+			g, err := ctx.NewGraph(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Expand(sum); err != nil {
+				t.Fatal(err)
+			}
+			buf, err := ctx.Alloc(be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer buf.Close()
+			if err := a.SetF32([]float32{1, 2, 3, 4, 5}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.SetF32([]float32{10, 20, 30, 40, 50.5}); err != nil {
+				t.Fatal(err)
+			}
+			if err := be.Compute(g); err != nil {
+				t.Fatal(err)
+			}
+			got, err := sum.F32()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []float32{11, 22, 33, 44, 55.5}
+			if maxDiff(got, want) != 0 {
+				t.Fatalf("a+b = %v, want %v", got, want)
+			}
+			if a.Name() != "a" || sum.Shape() != [4]int64{5, 1, 1, 1} || sum.Type() != TypeF32 {
+				t.Fatalf("metadata: name %q shape %v type %s", a.Name(), sum.Shape(), sum.Type())
+			}
+		})
+	}
+}
+
+// TestMulMatConvAllocator builds weights in one context (allocated once) and
+// a graph in another (placed by an Allocator), as a model family does.
+func TestMulMatConvAllocator(t *testing.T) {
+	lib := openTestLib(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	const (
+		K, M, N       = 24, 7, 5
+		L, Cin, Cout  = 40, 3, 4
+		KW, stride, p = 5, 2, 1
+	)
+	av, bv := randF32(r, K*M), randF32(r, K*N)
+	wv, xv := randF32(r, KW*Cin*Cout), randF32(r, L*Cin)
+
+	// References in float64.
+	mm := make([]float32, M*N)
+	for n := range N {
+		for m := range M {
+			s := 0.0
+			for k := range K {
+				s += float64(av[m*K+k]) * float64(bv[n*K+k])
+			}
+			mm[n*M+m] = float32(s)
+		}
+	}
+	lout := (L+2*p-KW)/stride + 1
+	conv := make([]float32, lout*Cout)
+	for o := range Cout {
+		for i := range lout {
+			s := 0.0
+			for c := range Cin {
+				for k := range KW {
+					x := i*stride + k - p
+					if x >= 0 && x < L {
+						s += float64(wv[(o*Cin+c)*KW+k]) * float64(xv[c*L+x])
+					}
+				}
+			}
+			conv[o*lout+i] = float32(math.Tanh(s))
+		}
+	}
+
+	for _, be := range backends(t, lib) {
+		t.Run(be.Kind(), func(t *testing.T) {
+			wctx, err := lib.NewContextWith(ContextOptions{Tensors: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wctx.Close()
+			a := wctx.NewTensor2D(TypeF32, K, M)
+			w := wctx.NewTensor3D(TypeF32, KW, Cin, Cout)
+			wbuf, err := wctx.Alloc(be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wbuf.Close()
+			if err := a.SetF32(av); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.SetF32(wv); err != nil {
+				t.Fatal(err)
+			}
+
+			ctx, err := lib.NewContext(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ctx.Close()
+			b := ctx.NewTensor2D(TypeF32, K, N).SetInput()
+			x := ctx.NewTensor3D(TypeF32, L, Cin, 1).SetInput()
+			prod := ctx.MulMat(a, b).SetOutput()
+			y := ctx.Tanh(ctx.Conv1D(w, x, stride, p, 1)).SetOutput()
+			g, err := ctx.NewGraph(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Expand(prod); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Expand(y); err != nil {
+				t.Fatal(err)
+			}
+			alloc, err := be.NewAllocator()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer alloc.Close()
+			if err := alloc.Alloc(g); err != nil {
+				t.Fatal(err)
+			}
+			if alloc.Size() <= 0 {
+				t.Fatalf("allocator size %d", alloc.Size())
+			}
+			if err := b.SetF32(bv); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.SetF32(xv); err != nil {
+				t.Fatal(err)
+			}
+			if err := be.Compute(g); err != nil {
+				t.Fatal(err)
+			}
+			got, err := prod.F32()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prod.Shape() != [4]int64{M, N, 1, 1} {
+				t.Fatalf("mul_mat shape %v", prod.Shape())
+			}
+			if d := maxDiff(got, mm); d > 1e-4 {
+				t.Fatalf("mul_mat differs from the reference by %g", d)
+			}
+			gotc, err := y.F32()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if y.Shape() != [4]int64{int64(lout), Cout, 1, 1} {
+				t.Fatalf("conv shape %v, want [%d %d 1 1]", y.Shape(), lout, Cout)
+			}
+			if d := maxDiff(gotc, conv); d > 1e-3 {
+				t.Fatalf("conv_1d differs from the reference by %g", d)
+			}
+			// Same backend, same inputs: identical bytes. The allocator may
+			// reuse an input's memory after its last use, so set them again.
+			if err := b.SetF32(bv); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.SetF32(xv); err != nil {
+				t.Fatal(err)
+			}
+			if err := be.Compute(g); err != nil {
+				t.Fatal(err)
+			}
+			again, _ := y.F32()
+			for i := range again {
+				if math.Float32bits(again[i]) != math.Float32bits(gotc[i]) {
+					t.Fatalf("second run differs at %d: %g vs %g", i, again[i], gotc[i])
+				}
+			}
+		})
+	}
+}
+
+func TestShapeErrorsDoNotAbort(t *testing.T) {
+	lib := openTestLib(t)
+	ctx, err := lib.NewContext(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	a := ctx.NewTensor2D(TypeF32, 4, 3)
+	b := ctx.NewTensor2D(TypeF32, 5, 3)
+	bad := ctx.MulMat(a, b)
+	if bad.Valid() || ctx.Err() == nil || !strings.Contains(ctx.Err().Error(), "mul_mat") {
+		t.Fatalf("mul_mat of [4 3] and [5 3]: valid=%v err=%v", bad.Valid(), ctx.Err())
+	}
+	// Later ops keep the first error and do not call ggml.
+	if ctx.Add(bad, a).Valid() || !strings.Contains(ctx.Err().Error(), "mul_mat") {
+		t.Fatalf("error not sticky: %v", ctx.Err())
+	}
+	g, err := ctx.NewGraph(0)
+	if err == nil || g != nil {
+		t.Fatal("NewGraph on a failed context succeeded")
+	}
+
+	for name, build := range map[string]func(c *Context) *Tensor{
+		"add":     func(c *Context) *Tensor { return c.Add(c.NewTensor1D(TypeF32, 4), c.NewTensor1D(TypeF32, 3)) },
+		"reshape": func(c *Context) *Tensor { return c.Reshape2D(c.NewTensor1D(TypeF32, 6), 4, 2) },
+		"view":    func(c *Context) *Tensor { return c.View1D(c.NewTensor1D(TypeF32, 6), 4, 12) },
+		"permute": func(c *Context) *Tensor { return c.Permute(c.NewTensor1D(TypeF32, 6), 0, 0, 1, 2) },
+		"concat": func(c *Context) *Tensor {
+			return c.Concat(c.NewTensor2D(TypeF32, 2, 3), c.NewTensor2D(TypeF32, 2, 4), 0)
+		},
+		"get_rows": func(c *Context) *Tensor { return c.GetRows(c.NewTensor2D(TypeF32, 2, 3), c.NewTensor1D(TypeF32, 2)) },
+		"conv_1d": func(c *Context) *Tensor {
+			return c.Conv1D(c.NewTensor3D(TypeF32, 9, 2, 1), c.NewTensor3D(TypeF32, 4, 2, 1), 1, 0, 1)
+		},
+		"set_name": func(c *Context) *Tensor { return c.NewTensor1D(TypeF32, 1).SetName(strings.Repeat("x", 64)) },
+	} {
+		c, err := lib.NewContext(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		build(c)
+		if c.Err() == nil {
+			t.Errorf("%s: no error recorded", name)
+		}
+		c.Close()
+	}
+
+	// A full context is an error, not an abort.
+	small, err := lib.NewContextWith(ContextOptions{Tensors: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	small.NewTensor1D(TypeF32, 1)
+	small.NewTensor1D(TypeF32, 1)
+	if small.NewTensor1D(TypeF32, 1).Valid() || small.Err() == nil || !strings.Contains(small.Err().Error(), "full") {
+		t.Fatalf("third tensor in a 2-tensor context: %v", small.Err())
+	}
+	// A graph larger than its size is an error.
+	gctx, err := lib.NewContextWith(ContextOptions{Tensors: 16, Graphs: 1, GraphSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gctx.Close()
+	x := gctx.NewTensor1D(TypeF32, 2)
+	y := gctx.Relu(gctx.Tanh(gctx.Sigmoid(x)))
+	gg, err := gctx.NewGraph(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gg.Expand(y); err == nil || !strings.Contains(err.Error(), "size") {
+		t.Fatalf("3 nodes in a 2-node graph: %v", err)
+	}
+}
+
+func TestOwnership(t *testing.T) {
+	lib := openTestLib(t)
+	be, err := lib.NewBackend("cpu", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	ctx, err := lib.NewContext(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ctx.NewTensor1D(TypeF32, 3)
+	b := ctx.NewTensor1D(TypeI32, 3)
+	// Data access before allocation is an error.
+	if err := a.SetF32([]float32{1, 2, 3}); err == nil || !strings.Contains(err.Error(), "no data") {
+		t.Fatalf("set before alloc: %v", err)
+	}
+	buf, err := ctx.Alloc(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if buf.Size() < 24 {
+		t.Fatalf("buffer size %d", buf.Size())
+	}
+	if err := a.SetF32([]float32{1, 2}); err == nil {
+		t.Fatal("wrong length accepted")
+	}
+	if err := a.SetI32([]int32{1, 2, 3}); err == nil {
+		t.Fatal("i32 into f32 accepted")
+	}
+	if err := b.SetI32([]int32{7, -8, 9}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.I32(); err != nil || got[1] != -8 {
+		t.Fatalf("I32 = %v, %v", got, err)
+	}
+	if err := a.SetF32At(2, []float32{5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetF32At(3, []float32{5}); err == nil {
+		t.Fatal("write past the end accepted")
+	}
+	if err := buf.Clear(0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.F32(); got[2] != 0 {
+		t.Fatalf("after Clear: %v", got)
+	}
+	if err := buf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := buf.Close(); err != nil {
+		t.Fatal("second buffer Close:", err)
+	}
+	if err := a.SetF32([]float32{1, 2, 3}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("set after buffer Close = %v, want ErrClosed", err)
+	}
+	if err := ctx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.Close(); err != nil {
+		t.Fatal("second context Close:", err)
+	}
+	if a.Valid() || a.Shape() != [4]int64{} {
+		t.Fatal("tensor still valid after its context closed")
+	}
+	if _, err := a.F32(); err == nil {
+		t.Fatal("read after context Close accepted")
+	}
+	if ctx.NewTensor1D(TypeF32, 1).Valid() || !errors.Is(ctx.Err(), ErrClosed) {
+		t.Fatalf("op on closed context: %v", ctx.Err())
+	}
+	var nilBuf *Buffer
+	var nilAlloc *Allocator
+	var nilCtx *Context
+	var nilBe *Backend
+	if nilBuf.Close() != nil || nilAlloc.Close() != nil || nilCtx.Close() != nil || nilBe.Close() != nil {
+		t.Fatal("Close on nil wrappers failed")
+	}
+	if _, err := nilBe.Fork(); err == nil {
+		t.Fatal("Fork of a nil backend succeeded")
+	}
+}
+
+// TestComputeChecksAllocation: computing an unallocated graph, or one whose
+// compute buffer was freed, is an error.
+func TestComputeChecksAllocation(t *testing.T) {
+	lib := openTestLib(t)
+	be, err := lib.NewBackend("cpu", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	ctx, err := lib.NewContext(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := ctx.NewTensor1D(TypeF32, 4).SetInput()
+	y := ctx.Scale(ctx.Sqr(x), 0.5)
+	g, err := ctx.NewGraph(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Expand(y); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Compute(g); err == nil || !strings.Contains(err.Error(), "no memory") {
+		t.Fatalf("compute without allocation: %v", err)
+	}
+	alloc, err := be.NewAllocator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alloc.Reserve(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := alloc.Alloc(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.SetF32([]float32{1, -2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Compute(g); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := y.F32()
+	if maxDiff(got, []float32{0.5, 2, 4.5, 8}) != 0 {
+		t.Fatalf("0.5*x^2 = %v", got)
+	}
+	alloc.Close()
+	alloc.Close()
+	if err := be.Compute(g); !errors.Is(err, ErrClosed) {
+		t.Fatalf("compute after the allocator closed: %v", err)
+	}
+	if _, err := y.F32(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read after the allocator closed: %v", err)
+	}
+}
+
+// TestForkParallel: forked streams share one weights buffer and compute at
+// the same time (run with -race).
+func TestForkParallel(t *testing.T) {
+	lib := openTestLib(t)
+	for _, be := range backends(t, lib) {
+		t.Run(be.Kind(), func(t *testing.T) {
+			wctx, err := lib.NewContext(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wctx.Close()
+			w := wctx.NewTensor2D(TypeF32, 8, 8)
+			wbuf, err := wctx.Alloc(be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wbuf.Close()
+			wv := make([]float32, 64)
+			for i := range 8 {
+				wv[i*8+i] = 2 // 2 * identity
+			}
+			if err := w.SetF32(wv); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for s := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs <- forkRun(lib, be, w, float32(s))
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+func forkRun(lib *Library, be *Backend, w *Tensor, base float32) error {
+	fb, err := be.Fork()
+	if err != nil {
+		return err
+	}
+	defer fb.Close()
+	ctx, err := lib.NewContext(8)
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	x := ctx.NewTensor2D(TypeF32, 8, 3).SetInput()
+	y := ctx.MulMat(w, x)
+	g, err := ctx.NewGraph(0)
+	if err != nil {
+		return err
+	}
+	if err := g.Expand(y); err != nil {
+		return err
+	}
+	alloc, err := fb.NewAllocator()
+	if err != nil {
+		return err
+	}
+	defer alloc.Close()
+	if err := alloc.Alloc(g); err != nil {
+		return err
+	}
+	in := make([]float32, 24)
+	for i := range in {
+		in[i] = base + float32(i)
+	}
+	for range 20 {
+		if err := x.SetF32(in); err != nil {
+			return err
+		}
+		if err := fb.Compute(g); err != nil {
+			return err
+		}
+		out, err := y.F32()
+		if err != nil {
+			return err
+		}
+		for i := range out {
+			if out[i] != 2*in[i] {
+				return fmt.Errorf("stream %g: out[%d] = %g, want %g", base, i, out[i], 2*in[i])
+			}
+		}
+	}
+	return nil
+}
+
+// TestSetenvReachesC checks that os.Setenv is visible to C getenv with
+// CGO_ENABLED=0, which PrepareVulkanEnv relies on.
+func TestSetenvReachesC(t *testing.T) {
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Skip("libc.so.6 not loadable:", err)
+	}
+	var getenv func(name string) string
+	purego.RegisterLibFunc(&getenv, libc, "getenv")
+	t.Setenv("AUDIOPROOF_GGML_TEST_ENV", "seen-by-c")
+	if got := getenv("AUDIOPROOF_GGML_TEST_ENV"); got != "seen-by-c" {
+		t.Fatalf("C getenv sees %q after os.Setenv", got)
+	}
+}
+
+func TestPrepareVulkanEnvRespectsUser(t *testing.T) {
+	t.Setenv(EnvVkVisibleDevices, "1")
+	changed, err := PrepareVulkanEnv(nil)
+	if err != nil || changed {
+		t.Fatalf("with %s set by the user: changed=%v err=%v", EnvVkVisibleDevices, changed, err)
+	}
+	if os.Getenv(EnvVkVisibleDevices) != "1" {
+		t.Fatal("user setting overwritten")
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 30: "3.0 GiB", 1536 << 20: "1.5 GiB"} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
