@@ -184,3 +184,5 @@ func checkDrained(t *testing.T, rt *Runtime) {
 
 // ctlT is the fixture control type.
 type ctlT = fixture.Ctl
+
+func runtimesOptions(cfg *config.Config) runtimes.Options { return runtimes.Options{Config: cfg} }
