@@ -288,3 +288,19 @@ func (b *Backend) SetThreads(n int) error {
 	}
 	return nil
 }
+
+// Synchronize waits for the backend's queued work. Compute already waits, so
+// this is only needed around asynchronous use.
+func (b *Backend) Synchronize() error {
+	impl, err := b.get()
+	if err != nil {
+		return err
+	}
+	impl.mu.Lock()
+	defer impl.mu.Unlock()
+	if impl.closed {
+		return fmt.Errorf("%w: backend %s", ErrClosed, impl.dev.Name)
+	}
+	impl.lib.fn.backendSynchronize(impl.h)
+	return nil
+}

@@ -381,10 +381,11 @@ func (c *Context) Permute(a *Tensor, ax0, ax1, ax2, ax3 int) *Tensor {
 }
 
 // Conv1D convolves data b [L, Cin, N] with kernel a [K, Cin, Cout] (stride s,
-// zero padding p each side, dilation d) into [Lout, Cout, N], through im2col
-// and mul_mat (f32 kernels compute in f32).
+// zero padding p each side, dilation d) into [Lout, Cout, N]. Unlike
+// ggml_conv_1d, whose im2col is f16, it unfolds in f32 (im2col + mul_mat),
+// so an f32 model keeps f32 accuracy. The kernel must be contiguous.
 func (c *Context) Conv1D(a, b *Tensor, s, p, d int) *Tensor {
-	if !c.begin("conv_1d", 6, a, b) {
+	if !c.begin("conv_1d", 8, a, b) {
 		return &Tensor{ctx: c}
 	}
 	an, bn := a.Shape(), b.Shape()
@@ -394,10 +395,26 @@ func (c *Context) Conv1D(a, b *Tensor, s, p, d int) *Tensor {
 	if an[1] != bn[1] || bn[3] != 1 || an[3] != 1 {
 		return c.fail("conv_1d", "kernel %s and data %s do not match (need kernel [K, Cin, Cout], data [L, Cin, N])", shapeStr(an), shapeStr(bn))
 	}
-	if out := (bn[0]+2*int64(p)-int64(d)*(an[0]-1)-1)/int64(s) + 1; out <= 0 {
+	lout := (bn[0]+2*int64(p)-int64(d)*(an[0]-1)-1)/int64(s) + 1
+	if lout <= 0 {
 		return c.fail("conv_1d", "data length %d is too short for kernel %d (padding %d, dilation %d)", bn[0], an[0], p, d)
 	}
-	return c.wrap("conv_1d", c.lib.fn.conv1D(c.h, a.h, b.h, int32(s), int32(p), int32(d)))
+	if !a.Contiguous() {
+		return c.fail("conv_1d", "kernel %s is not contiguous; Cont it first", a)
+	}
+	k, cout, n := an[0]*an[1], an[2], bn[2]
+	cols := c.Im2Col1D(a, b, s, p, d, TypeF32) // [K*Cin, Lout, N]
+	cols2 := c.Reshape2D(cols, k, lout*n)      // [K*Cin, Lout*N]
+	kern := c.Reshape2D(a, k, cout)            // [K*Cin, Cout]
+	if a.Type() == TypeF32 {
+		out := c.MulMat(cols2, kern) // [Lout*N, Cout]
+		if n == 1 {
+			return c.Reshape3D(out, lout, cout, 1)
+		}
+		return c.Cont(c.Permute(c.Reshape3D(out, lout, n, cout), 0, 2, 1, 3))
+	}
+	out := c.MulMat(kern, cols2) // [Cout, Lout*N]
+	return c.Cont(c.Permute(c.Reshape3D(out, cout, lout, n), 1, 0, 2, 3))
 }
 
 // Im2Col1D unfolds data b [L, Cin, N] for kernel a [K, Cin, ...] into
