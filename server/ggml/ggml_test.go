@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
@@ -745,3 +746,23 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestLogLines(t *testing.T) {
+	var got []string
+	SetLogger(func(level LogLevel, msg string) { got = append(got, level.String()+":"+msg) })
+	defer SetLogger(nil)
+	cstr := func(s string) uintptr {
+		b := append([]byte(s), 0)
+		keep = append(keep, b)
+		return uintptr(unsafe.Pointer(&b[0]))
+	}
+	onLog(uintptr(LogInfo), cstr("load_backend: "), 0)
+	onLog(uintptr(logCont), cstr("loaded CPU\nsecond "), 0)
+	onLog(uintptr(LogWarn), cstr("line\n"), 0)
+	want := []string{"info:load_backend: loaded CPU", "warn:second line"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("log lines %q, want %q", got, want)
+	}
+}
+
+var keep [][]byte

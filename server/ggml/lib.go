@@ -127,6 +127,9 @@ func open(dir string) (*Library, error) {
 	if err := l.checkLayout(); err != nil {
 		return nil, err
 	}
+	if err := l.installLogger(); err != nil {
+		return nil, err
+	}
 	l.fn.backendLoadAllFromPath(dir)
 	if l.fn.backendDevCount() == 0 {
 		return nil, fmt.Errorf("%w: no ggml backend loaded from %s (no libggml-cpu-*.so usable on this CPU?); run `make deps`", ErrNoBackend, dir)
