@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +22,16 @@ var capacities = []int{1, 2, 4}
 
 // fileName makes a fixture file name private to the running test, so that
 // tests never share a fixture control.
+// The name carries a nonce per test run, so -count=N starts from zero.
 func fileName(t *testing.T, suffix string) string {
-	return strings.NewReplacer("/", "_", " ", "_", "=", "_").Replace(t.Name()) + "-" + suffix + ".bin"
+	n, _ := nonces.LoadOrStore(t, nonceSeq.Add(1))
+	return fmt.Sprintf("%s-%d-%s.bin", strings.NewReplacer("/", "_", " ", "_", "=", "_").Replace(t.Name()), n, suffix)
 }
+
+var (
+	nonces   sync.Map // *testing.T -> int64
+	nonceSeq atomic.Int64
+)
 
 // fixtureModel is a lazy fixture model entry. slots < 1 leaves `slots`
 // absent; capacity < 1 keeps the fixture's default capacity.

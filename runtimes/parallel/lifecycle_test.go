@@ -86,9 +86,13 @@ func TestOlderWorkBeforeManagement(t *testing.T) {
 				ca.RunGate.Release()
 				wg.Wait()
 				got := log.get()
+				// The manager returns after every older request; the late
+				// request may log before the manager does (it is granted
+				// when the barrier releases), but it sees the manager's
+				// effect: the new config, or a reload.
 				mi := log.index("manager")
-				if mi != older {
-					t.Fatalf("manager finished at %d, want after all %d older requests: %v", mi, older, got)
+				if mi < older {
+					t.Fatalf("manager finished at %d, before all %d older requests: %v", mi, older, got)
 				}
 				for i := 0; i < older; i++ {
 					if log.index(fmt.Sprintf("old%d:%s", i, ctl(t, a).Name())) < 0 {
@@ -99,8 +103,8 @@ func TestOlderWorkBeforeManagement(t *testing.T) {
 				if op == "reconfigure" {
 					want = "late:" + ctl(t, b).Name()
 				}
-				if got[len(got)-1] != want {
-					t.Fatalf("last event %q, want %q: %v", got[len(got)-1], want, got)
+				if li := log.index(want); li < older {
+					t.Fatalf("late request: want %q after the older requests: %v", want, got)
 				}
 				if op == "unload" && ca.Loads.Load() != 2 {
 					t.Fatalf("loads = %d, want 2 (the late request reloads)", ca.Loads.Load())
