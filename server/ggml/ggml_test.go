@@ -766,3 +766,45 @@ func TestLogLines(t *testing.T) {
 }
 
 var keep [][]byte
+
+// BenchmarkComputeOverhead measures Compute on a 2000-node graph of tiny
+// ops: the binding's per-call cost, not ggml's arithmetic.
+func BenchmarkComputeOverhead(b *testing.B) {
+	lib := openTestLib(&testing.T{})
+	be, err := lib.NewBackend("cpu", 0, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	ctx, err := lib.NewContext(2100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctx.Close()
+	x := ctx.NewTensor1D(TypeF32, 4).SetInput()
+	y := x
+	for range 2000 {
+		y = ctx.Add(y, x)
+	}
+	g, err := ctx.NewGraph(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Expand(y); err != nil {
+		b.Fatal(err)
+	}
+	a, err := be.NewAllocator()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Alloc(g); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := be.Compute(g); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

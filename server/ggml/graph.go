@@ -17,6 +17,11 @@ type Graph struct {
 	// checkedDev is the device whose supports_op check the graph passed.
 	checkedDev cDevice
 	checkedN   int
+	// allocGen/allocN: the buffer generation and node count at which every
+	// tensor of the graph was last seen allocated in a live buffer.
+	allocGen uint64
+	allocN   int
+	allocOK  bool
 }
 
 // NewGraph creates a graph of up to size nodes (0 = DefaultGraphSize). The
@@ -307,18 +312,22 @@ func (b *Backend) Compute(g *Graph) error {
 	if n == 0 {
 		return fmt.Errorf("ggml: compute: the graph has no op nodes; Expand it with the result tensor")
 	}
-	for i := range n {
-		node := lib.fn.graphNode(g.h, int32(i))
-		if err := lib.allocated(node); err != nil {
-			return err
-		}
-		for s := range maxSrc {
-			if src := tensorSrc(node, s); src != 0 {
-				if err := lib.allocated(src); err != nil {
-					return err
+	if gen := lib.generation(); !g.allocOK || g.allocGen != gen || g.allocN != n {
+		g.allocOK = false
+		for i := range n {
+			node := lib.fn.graphNode(g.h, int32(i))
+			if err := lib.allocated(node); err != nil {
+				return err
+			}
+			for s := range maxSrc {
+				if src := tensorSrc(node, s); src != 0 {
+					if err := lib.allocated(src); err != nil {
+						return err
+					}
 				}
 			}
 		}
+		g.allocOK, g.allocGen, g.allocN = true, gen, n
 	}
 	impl.mu.Lock()
 	defer impl.mu.Unlock()

@@ -51,6 +51,9 @@ type Library struct {
 	// freed, so tensor access through a freed buffer is an error, not a crash.
 	liveMu sync.Mutex
 	live   map[cBuffer]struct{}
+	// liveGen counts buffer frees (guarded by liveMu): a graph checked at
+	// one generation stays valid until some buffer is freed.
+	liveGen uint64
 }
 
 var (
@@ -203,7 +206,14 @@ func (l *Library) addLive(b cBuffer) {
 func (l *Library) dropLive(b cBuffer) {
 	l.liveMu.Lock()
 	delete(l.live, b)
+	l.liveGen++
 	l.liveMu.Unlock()
+}
+
+func (l *Library) generation() uint64 {
+	l.liveMu.Lock()
+	defer l.liveMu.Unlock()
+	return l.liveGen
 }
 
 func (l *Library) isLive(b cBuffer) bool {
