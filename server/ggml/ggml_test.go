@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -805,6 +806,39 @@ func BenchmarkComputeOverhead(b *testing.B) {
 	for range b.N {
 		if err := be.Compute(g); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestVersionMismatch builds a fake ggml (another version) with the C
+// compiler and opens it in a child process (one ggml folder per process).
+func TestVersionMismatch(t *testing.T) {
+	if dir := os.Getenv("AUDIOPROOF_GGML_FAKE_DIR"); dir != "" {
+		_, err := Open(dir)
+		fmt.Printf("OPEN-ERROR: %v\n", err)
+		return
+	}
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc not installed; the version check is covered by TestCheckVersion")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "fake.c")
+	if err := os.WriteFile(src, []byte("const char *ggml_version(void){return \"0.24.0\";}\nconst char *ggml_commit(void){return \"deadbee\";}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range []string{"libggml-base.so", "libggml.v0.5.0.so"} {
+		if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", filepath.Join(dir, lib), src).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", lib, err, out)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestVersionMismatch$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "AUDIOPROOF_GGML_FAKE_DIR="+dir)
+	out, _ := cmd.CombinedOutput()
+	got := string(out)
+	for _, want := range []string{"OPEN-ERROR: ggml: version mismatch", "0.24.0", "deadbee", WantVersion, WantCommit, "make deps"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("child output lacks %q:\n%s", want, got)
 		}
 	}
 }

@@ -119,12 +119,24 @@ func open(dir string) (*Library, error) {
 		return nil, fmt.Errorf("ggml: cannot load %s: %w", loaderPath, err)
 	}
 	l := &Library{dir: dir, base: base, loader: loader, live: map[cBuffer]struct{}{}}
-	if err := l.fn.bind(loader, base); err != nil {
-		return nil, err
+	// The version first, so that another ggml build fails with both versions
+	// named rather than with whichever symbol it happens to lack.
+	for _, s := range []struct {
+		fn   *func() string
+		name string
+	}{{&l.fn.version, "ggml_version"}, {&l.fn.commit, "ggml_commit"}} {
+		addr, err := lookup(s.name, loader, base)
+		if err != nil {
+			return nil, err
+		}
+		purego.RegisterFunc(s.fn, addr)
 	}
 	l.version, l.commit = l.fn.version(), l.fn.commit()
 	if err := CheckVersion(l.version, l.commit); err != nil {
 		return nil, fmt.Errorf("%w (libraries in %s)", err, dir)
+	}
+	if err := l.fn.bind(loader, base); err != nil {
+		return nil, err
 	}
 	l.tensorOverhead = l.fn.tensorOverhead()
 	if err := l.checkLayout(); err != nil {
