@@ -550,6 +550,25 @@ func TestOwnership(t *testing.T) {
 	if ctx.NewTensor1D(TypeF32, 1).Valid() || !errors.Is(ctx.Err(), ErrClosed) {
 		t.Fatalf("op on closed context: %v", ctx.Err())
 	}
+	// Typed access to a non-contiguous view is refused; its source works.
+	vctx, err := lib.NewContext(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vctx.Close()
+	m := vctx.NewTensor2D(TypeF32, 2, 3)
+	tr := vctx.Transpose(m)
+	vbuf, err := vctx.Alloc(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vbuf.Close()
+	if err := m.SetF32([]float32{1, 2, 3, 4, 5, 6}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.F32(); err == nil || !strings.Contains(err.Error(), "non-contiguous") {
+		t.Fatalf("F32 of a transposed view: %v", err)
+	}
 	var nilBuf *Buffer
 	var nilAlloc *Allocator
 	var nilCtx *Context

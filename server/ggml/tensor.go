@@ -335,6 +335,9 @@ func (t *Tensor) wantType(op string, want Type) error {
 	if got := t.Type(); got != want {
 		return fmt.Errorf("ggml: %s: tensor %s is %s, not %s", op, t, got, want)
 	}
+	if !t.Contiguous() {
+		return fmt.Errorf("ggml: %s: tensor %s is a non-contiguous view; read or write the tensor it views, or Cont it in the graph", op, t)
+	}
 	return nil
 }
 
