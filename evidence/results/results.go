@@ -186,8 +186,10 @@ type Totals struct {
 	CrossWithin    int `json:"cross_backend_within"`
 }
 
-// Compute derives the totals from the checks and exchanges. Reference
-// exchanges count as requests; one matches when it got an HTTP answer.
+// Compute derives the totals from the checks and exchanges. Requests are
+// the inference exchanges of every variant; a reference exchange counts as
+// matched when it was answered with a 2xx status, any other when its match
+// check passed.
 func Compute(r *Results) Totals {
 	var t Totals
 	kind := map[string]string{}
@@ -195,6 +197,10 @@ func Compute(r *Results) Totals {
 		kind[e.ID] = e.Kind
 		if e.Kind == KindInference {
 			t.Requests++
+			// The reference's own answers are what the others must match.
+			if e.Variant == r.Reference && e.Error == "" && e.Status/100 == 2 {
+				t.Matched++
+			}
 		}
 	}
 	for _, c := range r.Checks {
