@@ -275,6 +275,7 @@ func (c *checker) collectBase() error {
 			c.gitlinks[p] = true
 		}
 	}
+	cached := c.cacheTree()
 	walk := func(prefix string) error {
 		t := c.tree
 		if prefix != "" {
@@ -284,6 +285,12 @@ func (c *checker) collectBase() error {
 			}
 			if e.Mode != filemode.Dir {
 				add(prefix, e.Mode, e.Hash)
+				return nil
+			}
+			if h, ok := cached[prefix]; ok && h == e.Hash {
+				// The index's cache tree says the index holds exactly the
+				// base's tree here: take the entries from the index.
+				c.baseFromIndex(prefix, add)
 				return nil
 			}
 			if t, err = c.tree.Tree(prefix); err != nil {
@@ -325,6 +332,57 @@ func (c *checker) collectBase() error {
 		}
 	}
 	return nil
+}
+
+// cacheTree returns the folder hashes recorded in the index's cache tree
+// (the TREE extension git writes on commit), or nil when it is absent or any
+// part of it is invalidated. git invalidates a folder and all its ancestors
+// when an entry below changes, so a valid root means every entry is valid.
+func (c *checker) cacheTree() map[string]plumbing.Hash {
+	if c.idx.Cache == nil || len(c.idx.Cache.Entries) == 0 {
+		return nil
+	}
+	es := c.idx.Cache.Entries
+	if es[0].Path != "" || es[0].Entries != len(c.idx.Entries) {
+		return nil
+	}
+	out := map[string]plumbing.Hash{}
+	pos := 0
+	var parse func(prefix string) bool
+	parse = func(prefix string) bool {
+		if pos >= len(es) {
+			return false
+		}
+		e := es[pos]
+		pos++
+		p := e.Path
+		if prefix != "" {
+			p = prefix + "/" + e.Path
+		}
+		out[p] = e.Hash
+		for i := 0; i < e.Trees; i++ {
+			if !parse(p) {
+				return false
+			}
+		}
+		return true
+	}
+	if !parse("") || pos != len(es) {
+		return nil
+	}
+	return out
+}
+
+// baseFromIndex records the index entries below folder prefix as base entries.
+func (c *checker) baseFromIndex(prefix string, add func(string, filemode.FileMode, plumbing.Hash)) {
+	lo := sort.Search(len(c.idx.Entries), func(i int) bool { return c.idx.Entries[i].Name >= prefix+"/" })
+	for i := lo; i < len(c.idx.Entries); i++ {
+		e := c.idx.Entries[i]
+		if !strings.HasPrefix(e.Name, prefix+"/") {
+			break
+		}
+		add(e.Name, e.Mode, e.Hash)
+	}
 }
 
 // minimalPrefixes drops prefixes that lie below another one.
