@@ -22,6 +22,7 @@ type Report struct {
 	Archive  string
 	Files    int // files listed in SHA256SUMS and checked
 	Problems []string
+	Notes    []string // observations that are not tampering (a renamed archive)
 	Manifest *manifest.Manifest
 	Results  *results.Results
 }
@@ -48,7 +49,7 @@ func VerifyArchive(a *Archive) *Report {
 	bad := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 	if want := a.Top + ".tar.gz"; strings.HasSuffix(a.Path, ".tar.gz") && path.Base(a.Path) != want {
 		// Renaming is allowed, but say so: the name carries the date and commit.
-		bad("archive file is named %s but its folder is %s (renamed?)", path.Base(a.Path), a.Top)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("archive file is named %s but its folder is %s (renamed?)", path.Base(a.Path), a.Top))
 	}
 	sums, err := a.Read(SumsFile)
 	if err != nil {

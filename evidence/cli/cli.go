@@ -64,6 +64,9 @@ func verify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "evidence verify: %v\n", err)
 		return 1
 	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
 	if !rep.OK() {
 		fmt.Fprintf(stdout, "FAILED: %s has %d problem(s):\n", args[0], len(rep.Problems))
 		for _, p := range rep.Problems {
