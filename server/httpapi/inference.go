@@ -68,7 +68,7 @@ func (s *Server) streamWithLease(x *exchange, model string, busy *int64, check f
 	}
 	m, ok := s.rt.Lookup(model)
 	if !ok {
-		return apierror.NotFoundf("model %q is not registered", model)
+		return runtimes.UnknownModel(model)
 	}
 	if err := check(m); err != nil {
 		return err
