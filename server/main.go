@@ -261,4 +261,3 @@ func newLogger(o *options, stderr io.Writer) (*slog.Logger, func(), error) {
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})), closeFn, nil
 }
-
