@@ -514,10 +514,10 @@ func (c *checker) detectRenames() {
 		if to == "" {
 			continue
 		}
-		v.Kind, v.RenamedTo = KindRenamed, to
-		v.Detail = fmt.Sprintf("renamed to %s (content unchanged); was: %s", to, v.Detail)
+		v.Kind, v.RenamedTo, v.Diff = KindRenamed, to, ""
+		v.Detail = fmt.Sprintf("renamed to %s (content unchanged)", to)
 		if !c.protected(to) {
-			v.Detail = fmt.Sprintf("moved out of the protected paths to %s; was: %s", to, strings.TrimPrefix(v.Detail, "renamed to "+to+" (content unchanged); was: "))
+			v.Detail = fmt.Sprintf("moved out of the protected paths to %s (content unchanged)", to)
 		}
 	}
 	if len(drop) == 0 {
