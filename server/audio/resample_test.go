@@ -190,3 +190,29 @@ func TestMono(t *testing.T) {
 		t.Fatal("nil clips must stay nil")
 	}
 }
+
+func BenchmarkResample48kTo16k(b *testing.B) {
+	c := sine(48000, 10, 440, 0.5)
+	b.SetBytes(int64(4 * len(c.Samples)))
+	for b.Loop() {
+		Resample(c, 16000)
+	}
+}
+
+func BenchmarkResample44kTo16k(b *testing.B) {
+	c := sine(44100, 10, 440, 0.5)
+	b.SetBytes(int64(4 * len(c.Samples)))
+	for b.Loop() {
+		Resample(c, 16000)
+	}
+}
+
+func BenchmarkDecodeWAV(b *testing.B) {
+	wav := EncodeWAV(sine(16000, 60, 440, 0.5))
+	b.SetBytes(int64(len(wav)))
+	for b.Loop() {
+		if _, err := DecodeWAV(wav, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

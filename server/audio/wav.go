@@ -57,10 +57,13 @@ type wavFormat struct {
 // with 32 or 64 bits, plain or WAVE_FORMAT_EXTENSIBLE (sub-format PCM or
 // float), 1..16 channels, 1000..384000 Hz. Unknown chunks are skipped
 // (honouring the pad byte after odd-sized chunks). Integer samples are scaled
-// by 1/2^(bits-1) (8-bit: (v-128)/128), so full scale maps to [-1, 1).
+// by 1/2^(bits-1) (8-bit: (v-128)/128), so full scale maps to [-1, 1)
+// (32-bit values near the top round to exactly 1 in float32).
 // Float samples are taken as they are and must be finite. A trailing partial
-// frame is dropped. See dataSizeUnknownSox for the one case where a data
-// chunk may claim more bytes than the file holds.
+// frame is dropped. The RIFF size field is not trusted (streaming writers
+// leave it wrong); chunks are read in order until the data chunk, and what
+// follows it is ignored. See dataSizeUnknownSox for the one case where a
+// data chunk may claim more bytes than the file holds.
 //
 // Every error is an apierror with status 400 (malformed input) or 413 (audio
 // longer than limits.MaxSeconds).

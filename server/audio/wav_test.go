@@ -164,8 +164,8 @@ func TestDecodeScaling(t *testing.T) {
 	assertSamples(t, "s24", s24.Samples, []float32{-1, float32(8388607.0 / 8388608), 0.5, float32(-1.0 / 8388608)})
 
 	s32 := mustDecode(t, buildWAV(wavSpec{tag: 1, channels: 1, rate: 16000, bits: 32,
-		data: []byte{0, 0, 0, 0x80, 0, 0, 0, 0x40, 0, 0, 0, 0xC0}}))
-	assertSamples(t, "s32", s32.Samples, []float32{-1, 0.5, -0.5})
+		data: []byte{0, 0, 0, 0x80, 0, 0, 0, 0x40, 0, 0, 0, 0xC0, 0xFF, 0xFF, 0xFF, 0x7F}}))
+	assertSamples(t, "s32", s32.Samples, []float32{-1, 0.5, -0.5, 1})
 
 	f32 := make([]byte, 8)
 	binary.LittleEndian.PutUint32(f32, math.Float32bits(0.25))
