@@ -281,7 +281,7 @@ func (r *Runtime) Acquire(ctx context.Context, id string, busyTimeoutMs *int64) 
 	}
 	e, ok := r.lookup(id)
 	if !ok {
-		return nil, apierror.NotFoundf("model %q is not registered; GET /v1/models lists the registered models", id)
+		return nil, runtimes.UnknownModel(id)
 	}
 	ctx = context.WithoutCancel(ctx)
 	slot, err := e.sched.acquire(ctx, r.policyTimeout(e, busyTimeoutMs))
@@ -651,7 +651,7 @@ func sameRegistration(a, b config.Model) bool {
 func (r *Runtime) Unload(ctx context.Context, id string) error {
 	e, ok := r.lookup(id)
 	if !ok {
-		return apierror.NotFoundf("model %q is not registered", id)
+		return runtimes.UnknownModel(id)
 	}
 	ctx = context.WithoutCancel(ctx)
 	if err := e.sched.acquireExclusive(ctx, r.policyTimeout(e, nil)); err != nil {
