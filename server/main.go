@@ -128,6 +128,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// Signals are caught before the listener exists, so a client that sees
+	// the server answer can always stop it cleanly.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -138,9 +144,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "audioproof listening on http://%s (runtime %s, backend %s, %d models)\n", ln.Addr(), rt.Name(), cfg.Backend, len(cfg.Models))
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	select {
 	case err := <-served:
 		return err
