@@ -91,6 +91,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 			logger.Warn("Vulkan not prepared", "err", err)
 		}
 	}
+	ggml.SetLogger(func(level ggml.LogLevel, msg string) {
+		switch {
+		case level >= ggml.LogError:
+			logger.Error(msg, "source", "ggml")
+		case level >= ggml.LogWarn:
+			logger.Warn(msg, "source", "ggml")
+		default:
+			logger.Debug(msg, "source", "ggml")
+		}
+	})
 	dir := o.ggmlDir
 	if dir == "" {
 		dir = ggml.DefaultDir()
