@@ -82,7 +82,7 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 	}
 	r := &results.Results{
 		SchemaVersion: results.SchemaVersion, Kind: "checkpoints", Reference: p.Reference,
-		Started: time.Now().UTC(), Checks: []results.Check{}, Steps: p.StepNames(),
+		Started: time.Now().UTC(), Checks: []results.Check{}, Steps: p.TableSteps(),
 		Plan: results.PlanRef{Name: p.Name, Version: p.Version, File: "plan.json", SHA256: results.SHA256(p.Raw)},
 	}
 	r.Notes = append(r.Notes, "plan: "+p.Source)
@@ -186,9 +186,12 @@ type backend struct {
 	Env  map[string]string
 }
 
+// deviceRow matches a --list-devices row of a backend's device: a table
+// row whose first column is the backend, or a ggml device name (Vulkan0,
+// CUDA0). Log lines such as "no GPU Vulkan device visible" do not match.
 var deviceRow = map[string]*regexp.Regexp{
-	"vulkan": regexp.MustCompile(`(?i)vulkan`),
-	"cuda":   regexp.MustCompile(`(?i)\bcuda`),
+	"vulkan": regexp.MustCompile(`(?i)^\s*vulkan\s|\bVulkan[0-9]+\b`),
+	"cuda":   regexp.MustCompile(`(?i)^\s*cuda\s|\bCUDA[0-9]+\b`),
 }
 
 // backends resolves the plan's backends: cpu always; vulkan and cuda when
@@ -278,7 +281,7 @@ func (h *harness) detect(ctx context.Context, bin, name string, env map[string]s
 		return false, err.Error()
 	}
 	for _, line := range strings.Split(string(out), "\n") {
-		if deviceRow[name].MatchString(line) && !strings.Contains(strings.ToLower(line), "no ") && !strings.Contains(strings.ToLower(line), "not ") {
+		if deviceRow[name].MatchString(line) {
 			return true, fmt.Sprintf("--list-devices shows %q", strings.TrimSpace(line))
 		}
 	}
@@ -667,6 +670,10 @@ func (h *harness) runModel(ctx context.Context, client *http.Client, proc *proce
 // listCheck fetches /v1/models and checks the schema of every entry, the
 // drained counters (parallel), and the model's loaded state and capacity.
 func (h *harness) listCheck(ctx context.Context, client *http.Client, proc *process, be backend, v *plan.Variant, modelID, step string, wantLoaded, parallel bool) {
+	waited := time.Duration(0)
+	if parallel {
+		waited = h.waitDrained(ctx, client, proc)
+	}
 	e, res := h.exchange(ctx, client, proc, be.Name, v.Name, modelID, step, results.KindModels, http.MethodGet, "/v1/models", "", nil)
 	base := results.Check{Backend: be.Name, Variant: v.Name, Model: modelID, Step: step, Required: true, Exchange: e.ID}
 	if res.err != nil || res.status != 200 {
@@ -699,6 +706,9 @@ func (h *harness) listCheck(ctx context.Context, client *http.Client, proc *proc
 	counters.Kind = results.CheckCounters
 	counters.Passed = true
 	counters.Message = "active_slots and queued_requests are 0 on every model"
+	if waited > 0 {
+		counters.Message += fmt.Sprintf(" (after %d ms for the last lease to be released)", waited.Milliseconds())
+	}
 	var entry map[string]any
 	for i, d := range list.Data {
 		id, _ := d["id"].(string)
@@ -726,7 +736,7 @@ func (h *harness) listCheck(ctx context.Context, client *http.Client, proc *proc
 				}
 				if n, ok := v.(float64); (!ok || n != 0) && counters.Passed {
 					counters.Passed = false
-					counters.Message = fmt.Sprintf("model %q has %s=%s with no request in flight: a lease or queue entry leaked", id, f, render(d[f]))
+					counters.Message = fmt.Sprintf("model %q has %s=%s with no request in flight, still after %d ms: a lease or queue entry leaked", id, f, render(d[f]), h.p.Server.DrainTimeoutMs)
 					counters.Path, counters.Want, counters.Got = fmt.Sprintf("$.data[%d].%s", i, f), "0", render(d[f])
 				}
 			}
@@ -766,6 +776,46 @@ func (h *harness) listCheck(ctx context.Context, client *http.Client, proc *proc
 		}
 	}
 	h.check(lc)
+}
+
+// waitDrained polls /v1/models (without recording) until every model's
+// active_slots and queued_requests are 0 or the plan's drain timeout
+// passes: a lease is released just after its response is written, so a
+// client can see it for a moment. It returns how long it waited.
+func (h *harness) waitDrained(ctx context.Context, client *http.Client, proc *process) time.Duration {
+	start := time.Now()
+	deadline := start.Add(time.Duration(h.p.Server.DrainTimeoutMs) * time.Millisecond)
+	for polls := 0; ; polls++ {
+		res := doRequest(ctx, client, http.MethodGet, proc.baseURL+"/v1/models", "", nil)
+		if res.err != nil || res.status != 200 || drained(res.body) || time.Now().After(deadline) {
+			if polls == 0 {
+				return 0
+			}
+			return time.Since(start).Truncate(time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func drained(body []byte) bool {
+	var list struct {
+		Data []map[string]any `json:"data"`
+	}
+	if json.Unmarshal(body, &list) != nil {
+		return true
+	}
+	for _, d := range list.Data {
+		for _, f := range []string{"active_slots", "queued_requests"} {
+			if n, ok := d[f].(float64); ok && n != 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func stepWhen(step string) string {

@@ -92,7 +92,7 @@ func fakePlan(t *testing.T, bin string, variants []variantSpec, mutate func(p ma
 	}
 	p := map[string]any{
 		"version": 1, "name": "fake", "reference": "upstream", "backends": []string{"cpu"},
-		"server":    map[string]any{"ready_timeout_ms": 5000, "request_timeout_ms": 5000, "shutdown_timeout_ms": 3000},
+		"server":    map[string]any{"ready_timeout_ms": 5000, "request_timeout_ms": 5000, "shutdown_timeout_ms": 3000, "drain_timeout_ms": 300},
 		"tolerance": map[string]any{"abs": 0.001},
 		"models": []map[string]any{
 			{"id": "tts", "family": "fake_tts", "task": "tts", "path": filepath.Join(dir, "voice-a.bin"),

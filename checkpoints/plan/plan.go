@@ -90,6 +90,10 @@ type Server struct {
 	ReadyTimeoutMs  int                        `json:"ready_timeout_ms"`
 	RequestTimeout  int                        `json:"request_timeout_ms"`
 	ShutdownTimeout int                        `json:"shutdown_timeout_ms"`
+	// DrainTimeoutMs is how long the slot counters may take to drain after
+	// a response has been received (a lease is released just after the
+	// response is written); default 2000.
+	DrainTimeoutMs int `json:"drain_timeout_ms"`
 	// ExitStatuses are the exit statuses that count as a clean shutdown
 	// after SIGTERM (default [0]).
 	ExitStatuses []int `json:"clean_exit_statuses,omitempty"`
@@ -273,6 +277,9 @@ func (p *Plan) defaults() {
 	if p.Server.ShutdownTimeout == 0 {
 		p.Server.ShutdownTimeout = 15000
 	}
+	if p.Server.DrainTimeoutMs == 0 {
+		p.Server.DrainTimeoutMs = 2000
+	}
 	if len(p.Server.ExitStatuses) == 0 {
 		p.Server.ExitStatuses = []int{0}
 	}
@@ -420,6 +427,20 @@ func (p *Plan) Resolve(path string) string {
 		return path
 	}
 	return filepath.Join(p.Dir, path)
+}
+
+// TableSteps returns every exchange label in the order a run makes them:
+// the steps, with the model list around each unload, and the final list.
+func (p *Plan) TableSteps() []string {
+	var out []string
+	for _, s := range p.StepNames() {
+		if s == StepUnload {
+			out = append(out, s+"-before", s, s+"-after")
+			continue
+		}
+		out = append(out, s)
+	}
+	return append(out, "models")
 }
 
 // StepNames returns the step labels in order: cold, warm1, warm2, unload, reload.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
 )
 
 // Cell texts in the per-model tables.
@@ -39,10 +40,12 @@ func (r *Results) Headline() string {
 }
 
 func newTable(w io.Writer, markdown bool) *tablewriter.Table {
+	// Headers are shown as written (step names such as unload-before).
+	opts := []tablewriter.Option{tablewriter.WithHeaderAutoFormat(tw.Off)}
 	if markdown {
-		return tablewriter.NewTable(w, tablewriter.WithRenderer(renderer.NewMarkdown()))
+		opts = append(opts, tablewriter.WithRenderer(renderer.NewMarkdown()))
 	}
-	return tablewriter.NewTable(w)
+	return tablewriter.NewTable(w, opts...)
 }
 
 // WriteSummary writes the summary: the headline, a startup table per
@@ -96,6 +99,9 @@ func WriteSummary(w io.Writer, r *Results, markdown bool) error {
 	for _, b := range r.Backends {
 		h(2, "Backend "+b.Name)
 		fmt.Fprintf(w, "Detected: %s\n", b.Detection)
+		if markdown {
+			fmt.Fprintln(w)
+		}
 		if err := startupTable(w, r, b.Name, markdown); err != nil {
 			return err
 		}
