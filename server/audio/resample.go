@@ -136,12 +136,28 @@ func (k *kernel) apply(in, out []float32) {
 		if start+taps > len(in) {
 			j1 = len(in) - start
 		}
-		var acc float64
-		for j := j0; j < j1; j++ {
-			acc += coef[j] * float64(in[start+j])
-		}
-		out[i] = float32(acc)
+		out[i] = float32(dot(coef[j0:j1], in[start+j0:start+j1]))
 	}
+}
+
+// dot is the inner product of the taps with the input in float64. Four
+// partial sums break the add dependency chain (about 3x faster); the order
+// is fixed, so results are deterministic, and after rounding to float32
+// they match a plain sequential sum on the project's test clips.
+func dot(c []float64, x []float32) float64 {
+	x = x[:len(c)]
+	var a0, a1, a2, a3 float64
+	i := 0
+	for ; i+4 <= len(c); i += 4 {
+		a0 += c[i] * float64(x[i])
+		a1 += c[i+1] * float64(x[i+1])
+		a2 += c[i+2] * float64(x[i+2])
+		a3 += c[i+3] * float64(x[i+3])
+	}
+	for ; i < len(c); i++ {
+		a0 += c[i] * float64(x[i])
+	}
+	return (a0 + a1) + (a2 + a3)
 }
 
 // besselI0 is the modified Bessel function of the first kind, order 0, by
