@@ -262,11 +262,11 @@ func (c *checker) get(p string) *item {
 }
 
 // collectBase records the base tree's entries under every protected entry.
+// It descends the base tree like git diff-tree does against the index: a
+// folder whose tree hash equals the hash the index's entries would write for
+// it is taken from the index without reading the base's tree objects.
 func (c *checker) collectBase() error {
 	add := func(p string, mode filemode.FileMode, h plumbing.Hash) {
-		if mode == filemode.Dir {
-			return
-		}
 		if !c.protected(p) {
 			return
 		}
@@ -275,46 +275,6 @@ func (c *checker) collectBase() error {
 			c.gitlinks[p] = true
 		}
 	}
-	cached := c.cacheTree()
-	walk := func(prefix string) error {
-		t := c.tree
-		if prefix != "" {
-			e, err := c.tree.FindEntry(prefix)
-			if err != nil {
-				return nil // not in the base
-			}
-			if e.Mode != filemode.Dir {
-				add(prefix, e.Mode, e.Hash)
-				return nil
-			}
-			if h, ok := cached[prefix]; ok && h == e.Hash {
-				// The index's cache tree says the index holds exactly the
-				// base's tree here: take the entries from the index.
-				c.baseFromIndex(prefix, add)
-				return nil
-			}
-			if t, err = c.tree.Tree(prefix); err != nil {
-				return fmt.Errorf("%w: base tree %s: %v", ErrRepository, prefix, err)
-			}
-		}
-		w := object.NewTreeWalker(t, true, nil)
-		defer w.Close()
-		for {
-			name, e, err := w.Next()
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("%w: walk the base tree under %q: %v", ErrRepository, prefix, err)
-			}
-			p := name
-			if prefix != "" {
-				p = prefix + "/" + name
-			}
-			add(p, e.Mode, e.Hash)
-		}
-	}
-	done := map[string]bool{}
 	prefixes := []string{}
 	for _, e := range c.pol.Protected {
 		prefixes = append(prefixes, e.Prefix)
@@ -322,53 +282,167 @@ func (c *checker) collectBase() error {
 	for _, ed := range c.pol.Edits {
 		prefixes = append(prefixes, ed.Path)
 	}
-	for _, p := range minimalPrefixes(prefixes) {
-		if done[p] {
+	roots := minimalPrefixes(prefixes)
+	idxTrees := c.indexTreeHashes(roots)
+	var descend func(prefix string, t *object.Tree) error
+	descend = func(prefix string, t *object.Tree) error {
+		for _, e := range t.Entries {
+			p := e.Name
+			if prefix != "" {
+				p = prefix + "/" + e.Name
+			}
+			if e.Mode != filemode.Dir {
+				add(p, e.Mode, e.Hash)
+				continue
+			}
+			if !c.mayHold(p) {
+				continue
+			}
+			if h, ok := idxTrees[p]; ok && h == e.Hash {
+				c.baseFromIndex(p, add)
+				continue
+			}
+			sub, err := c.repo.TreeObject(e.Hash)
+			if err != nil {
+				return fmt.Errorf("%w: base tree %s (%s): %v", ErrRepository, p, e.Hash, err)
+			}
+			if err := descend(p, sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, prefix := range roots {
+		if prefix == "" {
+			if err := descend("", c.tree); err != nil {
+				return err
+			}
 			continue
 		}
-		done[p] = true
-		if err := walk(p); err != nil {
+		e, err := c.tree.FindEntry(prefix)
+		if err != nil {
+			continue // not in the base
+		}
+		if e.Mode != filemode.Dir {
+			add(prefix, e.Mode, e.Hash)
+			continue
+		}
+		if h, ok := idxTrees[prefix]; ok && h == e.Hash {
+			c.baseFromIndex(prefix, add)
+			continue
+		}
+		t, err := c.repo.TreeObject(e.Hash)
+		if err != nil {
+			return fmt.Errorf("%w: base tree %s: %v", ErrRepository, prefix, err)
+		}
+		if err := descend(prefix, t); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// cacheTree returns the folder hashes recorded in the index's cache tree
-// (the TREE extension git writes on commit), or nil when it is absent or any
-// part of it is invalidated. git invalidates a folder and all its ancestors
-// when an entry below changes, so a valid root means every entry is valid.
-func (c *checker) cacheTree() map[string]plumbing.Hash {
-	if c.idx.Cache == nil || len(c.idx.Cache.Entries) == 0 {
-		return nil
+// indexTreeHashes computes, for every folder below the given roots, the hash
+// of the tree object git would write from the index (as git write-tree
+// does). Folders holding conflicted or intent-to-add entries get no hash, so
+// the base is read for them.
+func (c *checker) indexTreeHashes(roots []string) map[string]plumbing.Hash {
+	type child struct {
+		name string
+		mode filemode.FileMode
+		hash plumbing.Hash
 	}
-	es := c.idx.Cache.Entries
-	if es[0].Path != "" || es[0].Entries != len(c.idx.Entries) {
-		return nil
-	}
-	out := map[string]plumbing.Hash{}
-	pos := 0
-	var parse func(prefix string) bool
-	parse = func(prefix string) bool {
-		if pos >= len(es) {
-			return false
-		}
-		e := es[pos]
-		pos++
-		p := e.Path
-		if prefix != "" {
-			p = prefix + "/" + e.Path
-		}
-		out[p] = e.Hash
-		for i := 0; i < e.Trees; i++ {
-			if !parse(p) {
-				return false
+	children := map[string][]child{}
+	broken := map[string]bool{}
+	under := func(p string) bool {
+		for _, r := range roots {
+			if r == "" || strings.HasPrefix(p, r+"/") {
+				return true
 			}
 		}
-		return true
+		return false
 	}
-	if !parse("") || pos != len(es) {
-		return nil
+	for _, e := range c.idx.Entries {
+		if !under(e.Name) {
+			continue
+		}
+		dir, name := "", e.Name
+		if i := strings.LastIndexByte(e.Name, '/'); i >= 0 {
+			dir, name = e.Name[:i], e.Name[i+1:]
+		}
+		if e.Stage != 0 || e.IntentToAdd || e.SkipWorktree {
+			for d := dir; ; {
+				broken[d] = true
+				i := strings.LastIndexByte(d, '/')
+				if i < 0 {
+					break
+				}
+				d = d[:i]
+			}
+			continue
+		}
+		children[dir] = append(children[dir], child{name: name, mode: e.Mode, hash: e.Hash})
+	}
+	// Register every folder with its parent, deepest first.
+	dirs := make([]string, 0, len(children))
+	for d := range children {
+		dirs = append(dirs, d)
+	}
+	seen := map[string]bool{}
+	subdirs := map[string][]string{}
+	for len(dirs) > 0 {
+		d := dirs[len(dirs)-1]
+		dirs = dirs[:len(dirs)-1]
+		if seen[d] || d == "" {
+			continue
+		}
+		seen[d] = true
+		parent := ""
+		if i := strings.LastIndexByte(d, '/'); i >= 0 {
+			parent = d[:i]
+		}
+		if _, ok := children[parent]; !ok {
+			children[parent] = nil
+		}
+		subdirs[parent] = append(subdirs[parent], d)
+		dirs = append(dirs, parent)
+	}
+	out := map[string]plumbing.Hash{}
+	var hashOf func(dir string) plumbing.Hash
+	hashOf = func(dir string) plumbing.Hash {
+		if h, ok := out[dir]; ok {
+			return h
+		}
+		kids := append([]child(nil), children[dir]...)
+		for _, sub := range subdirs[dir] {
+			kids = append(kids, child{name: sub[strings.LastIndexByte(sub, '/')+1:], mode: filemode.Dir, hash: hashOf(sub)})
+		}
+		// Git orders tree entries by name, a folder's name compared as if it
+		// ended with "/".
+		key := func(k child) string {
+			if k.mode == filemode.Dir {
+				return k.name + "/"
+			}
+			return k.name
+		}
+		sort.Slice(kids, func(i, j int) bool { return key(kids[i]) < key(kids[j]) })
+		var buf bytes.Buffer
+		for _, k := range kids {
+			fmt.Fprintf(&buf, "%o %s", uint32(k.mode), k.name)
+			buf.WriteByte(0)
+			buf.Write(k.hash[:])
+		}
+		h := plumbing.ComputeHash(plumbing.TreeObject, buf.Bytes())
+		out[dir] = h
+		return h
+	}
+	for d := range children {
+		if !broken[d] {
+			hashOf(d)
+		}
+	}
+	for d := range broken {
+		delete(out, d)
 	}
 	return out
 }
