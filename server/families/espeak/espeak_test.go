@@ -303,7 +303,7 @@ func TestRequestErrors(t *testing.T) {
 		{"blank", session.Request{Input: " \n\t"}, "input is required"},
 		{"bad utf8", session.Request{Input: "hi \xff"}, "not valid UTF-8"},
 		{"nul", session.Request{Input: "hi\x00there"}, "NUL"},
-		{"unknown voice", session.Request{Input: "hi", Voice: "klingon"}, `unknown espeak voice "klingon" (from voice): see GET /v1/audio/voices`},
+		{"unknown voice", session.Request{Input: "hi", Voice: "klingon"}, `unknown espeak voice "klingon" (from voice): list the voices of this model with GET /v1/audio/voices`},
 		{"unknown language", session.Request{Input: "hi", Language: "xx-yy"}, `unknown espeak voice "xx-yy" (from language)`},
 		{"speed zero", session.Request{Input: "hi", Options: opt("speed", "0")}, "speed must be a number from 0.457 to 4"},
 		{"speed negative", session.Request{Input: "hi", Options: opt("speed", "-1")}, "speed must be"},

@@ -7,11 +7,15 @@
 // language name such as "en-us", "en", "de", "fr") as voice, or as language
 // when voice is empty; load option "voice" sets the default (else "en").
 // Options: "speed" or "speaking_rate" (multiplier of espeak's 175 words per
-// minute) and "pitch" (0..100, 50 = normal). Output is mono audio at the
-// library's rate (22050 Hz), the same samples for the same request.
+// minute, MinSpeed..MaxSpeed) and "pitch" (0..100, 50 = normal). Output is
+// mono audio at the library's rate (22050 Hz): the same samples for the same
+// request, equal to what `espeak-ng -w` writes before its end pause.
 //
 // libespeak-ng keeps all its state in globals, so every synthesis in the
-// process is serialised by one mutex and each assets' Capacity is 1.
+// process is serialised by one mutex and each assets' Capacity is 1; each
+// synthesis runs in a freshly loaded private copy of the library (see
+// engine) because some of that state cannot be reset otherwise. Streaming
+// requests get one audio event per buffer the library produces.
 package espeak
 
 import (
@@ -211,7 +215,7 @@ func (s *Session) parse(req *session.Request) (params, error) {
 	} else {
 		v, ok := s.assets.lookupVoice(name)
 		if !ok {
-			return p, apierror.Invalidf("unknown espeak voice %q (from %s): see GET /v1/audio/voices?model=<id> for the voices of this model (e.g. en-us, en, de, fr)", name, field)
+			return p, apierror.Invalidf("unknown espeak voice %q (from %s): list the voices of this model with GET /v1/audio/voices?model=MODEL_ID (e.g. en-us, en, de, fr)", name, field)
 		}
 		p.voice = v
 	}
