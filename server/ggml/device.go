@@ -174,6 +174,7 @@ func (l *Library) NewBackend(kind string, device, threads int) (*Backend, error)
 		return nil, err
 	}
 	impl.h = h
+	l.counts.backends.Add(1)
 	return &Backend{impl: impl}, nil
 }
 
@@ -226,6 +227,7 @@ func (b *Backend) Fork() (*Backend, error) {
 		return nil, err
 	}
 	n.h = h
+	impl.lib.counts.backends.Add(1)
 	return &Backend{impl: n}, nil
 }
 
@@ -243,6 +245,7 @@ func (b *Backend) Close() error {
 	}
 	impl.closed = true
 	impl.lib.fn.backendFree(impl.h)
+	impl.lib.counts.backends.Add(-1)
 	impl.h = 0
 	return nil
 }

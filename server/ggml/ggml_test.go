@@ -861,3 +861,55 @@ func TestVersionMismatch(t *testing.T) {
 		}
 	}
 }
+
+func TestLiveCounts(t *testing.T) {
+	lib := openTestLib(t)
+	base := lib.Live()
+	be, err := lib.NewBackend("cpu", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := be.Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := lib.NewContext(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := ctx.NewTensor1D(TypeF32, 8)
+	g, err := ctx.NewGraph(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Expand(ctx.Relu(x)); err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := fork.NewAllocator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, err := lib.NewContext(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx.NewTensor1D(TypeF32, 8)
+	buf, err := wctx.Alloc(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Live{Contexts: base.Contexts + 2, Buffers: base.Buffers + 1, Allocators: base.Allocators + 1, Backends: base.Backends + 2}
+	if got := lib.Live(); got != want {
+		t.Fatalf("live %+v, want %+v", got, want)
+	}
+	for range 2 {
+		for _, c := range []interface{ Close() error }{buf, wctx, alloc, g, ctx, fork, be} {
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := lib.Live(); got != base {
+		t.Fatalf("after closing everything twice: live %+v, want %+v", got, base)
+	}
+}

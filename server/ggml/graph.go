@@ -153,6 +153,7 @@ func (c *Context) Alloc(b *Backend) (*Buffer, error) {
 		return nil, fmt.Errorf("ggml: alloc_ctx_tensors on %s failed: out of device memory, or the context has no unallocated tensors", b)
 	}
 	c.lib.addLive(h)
+	c.lib.counts.buffers.Add(1)
 	return &Buffer{lib: c.lib, h: h}, nil
 }
 
@@ -181,6 +182,7 @@ func (b *Buffer) Close() error {
 	b.closed = true
 	b.lib.dropLive(b.h)
 	b.lib.fn.backendBufferFree(b.h)
+	b.lib.counts.buffers.Add(-1)
 	b.h = 0
 	return nil
 }
@@ -211,6 +213,7 @@ func (b *Backend) NewAllocator() (*Allocator, error) {
 	if h == 0 {
 		return nil, fmt.Errorf("ggml: gallocr_new failed on %s", b)
 	}
+	impl.lib.counts.allocators.Add(1)
 	return &Allocator{lib: impl.lib, h: h, owned: map[cBuffer]struct{}{}}, nil
 }
 
@@ -292,6 +295,7 @@ func (a *Allocator) Close() error {
 	}
 	a.owned = nil
 	a.lib.fn.gallocrFree(a.h)
+	a.lib.counts.allocators.Add(-1)
 	a.h = 0
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -51,6 +52,8 @@ type Library struct {
 	// freed, so tensor access through a freed buffer is an error, not a crash.
 	liveMu sync.Mutex
 	live   map[cBuffer]struct{}
+	counts struct{ contexts, buffers, allocators, backends atomic.Int64 }
+
 	// liveGen counts buffer frees (guarded by liveMu): a graph checked at
 	// one generation stays valid until some buffer is freed.
 	liveGen uint64
@@ -283,4 +286,20 @@ func goString(p uintptr) string {
 		n++
 	}
 	return string(unsafe.Slice((*byte)(cptr(p)), n))
+}
+
+// Live counts the ggml objects Go code holds open; each Close lowers its
+// count. Tests use it to prove a family frees everything it made.
+type Live struct {
+	Contexts, Buffers, Allocators, Backends int64
+}
+
+// Live reports the objects currently open through this library.
+func (l *Library) Live() Live {
+	return Live{
+		Contexts:   l.counts.contexts.Load(),
+		Buffers:    l.counts.buffers.Load(),
+		Allocators: l.counts.allocators.Load(),
+		Backends:   l.counts.backends.Load(),
+	}
 }

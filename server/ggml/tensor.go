@@ -98,6 +98,7 @@ func (l *Library) NewContextWith(opts ContextOptions) (*Context, error) {
 	if h == 0 {
 		return nil, fmt.Errorf("ggml: ggml_init failed for a %d-byte metadata pool", mem)
 	}
+	l.counts.contexts.Add(1)
 	return &Context{lib: l, h: h}, nil
 }
 
@@ -110,6 +111,7 @@ func (c *Context) Close() error {
 	}
 	c.closed = true
 	c.lib.fn.free(c.h)
+	c.lib.counts.contexts.Add(-1)
 	c.h = 0
 	return nil
 }
