@@ -241,6 +241,11 @@ func TestMatchesReferenceAcrossBlocks(t *testing.T) {
 	a := loadAssets(t, be, nil)
 	s := newSess(t, a)
 	sig := longSignal(t)
+	if raceEnabled {
+		// 255 chunks still use every block size (128+64+...+1) once; the
+		// float64 reference is slow under the race detector.
+		sig = sig[:255*vad.ChunkSize]
+	}
 	got, err := s.Probabilities(context.Background(), sig)
 	if err != nil {
 		t.Fatal(err)
@@ -312,15 +317,13 @@ func TestSessionsIndependent(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(files)*3)
-	for round := 0; round < 3; round++ {
+	for round := 0; round < 2; round++ {
 		for i, f := range files {
 			wg.Add(1)
 			go func(i int, f string) {
 				defer wg.Done()
 				// Each goroutine uses the session of another clip: state
 				// left over from its previous request must not matter.
-				s := sessions[(i+round)%len(sessions)]
-				_ = s
 				r, err := sessions[(i+round)%len(sessions)].Run(context.Background(), &session.Request{Audio: loadClip(t, f), Options: map[string]string{"return_probabilities": "true"}}, nil)
 				if err != nil {
 					errs <- err

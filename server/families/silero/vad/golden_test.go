@@ -104,13 +104,20 @@ func TestReferenceMatchesOnnxruntime(t *testing.T) {
 			if len(s) != c.Frames16k {
 				t.Fatalf("16 kHz length %d, golden %d", len(s), c.Frames16k)
 			}
+			want := c.Probabilities
+			if raceEnabled {
+				// The network is causal: a prefix checks the same thing,
+				// and the float64 reference is slow under the race detector.
+				s = s[:min(len(s), 48*ChunkSize)]
+				want = want[:NumChunks(len(s))]
+			}
 			got := NewReference(w).Probabilities(s)
-			if len(got) != len(c.Probabilities) {
-				t.Fatalf("%d probabilities, golden %d", len(got), len(c.Probabilities))
+			if len(got) != len(want) {
+				t.Fatalf("%d probabilities, golden %d", len(got), len(want))
 			}
 			maxDiff := 0.0
 			for i := range got {
-				maxDiff = math.Max(maxDiff, math.Abs(float64(got[i])-float64(c.Probabilities[i])))
+				maxDiff = math.Max(maxDiff, math.Abs(float64(got[i])-float64(want[i])))
 			}
 			t.Logf("max |diff| = %.3g over %d chunks", maxDiff, len(got))
 			if maxDiff > 1e-4 {

@@ -357,3 +357,16 @@ func FromGGUF(f *gguf.File) (*Weights, *Info, error) {
 	}
 	return w, info, nil
 }
+
+// DefaultWeightFileForTests is the converted file's name under .deps/models.
+const DefaultWeightFileForTests = "silero_vad_v5.gguf"
+
+// LoadGGUF reads converted weights from a file.
+func LoadGGUF(path string) (*Weights, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	w, _, err := FromGGUF(f)
+	return w, err
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package silero
+
+const raceEnabled = false

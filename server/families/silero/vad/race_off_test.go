@@ -1,0 +1,5 @@
+//go:build !race
+
+package vad
+
+const raceEnabled = false
