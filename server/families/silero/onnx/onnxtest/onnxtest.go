@@ -24,7 +24,9 @@ func (m Msg) Bytes(num int, b []byte) Msg {
 func (m Msg) String(num int, s string) Msg { return m.Bytes(num, []byte(s)) }
 
 // Fixed32 appends a fixed32 field.
-func (m Msg) Fixed32(num int, v uint32) Msg { return binary.LittleEndian.AppendUint32(m.key(num, 5), v) }
+func (m Msg) Fixed32(num int, v uint32) Msg {
+	return binary.LittleEndian.AppendUint32(m.key(num, 5), v)
+}
 
 // Tensor is a float32 TensorProto. With raw true the data goes in raw_data,
 // else in packed float_data.
