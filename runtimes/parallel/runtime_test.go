@@ -166,3 +166,58 @@ func TestLeaseCarriesBoundConfigAndReleasesOnce(t *testing.T) {
 	checkDrained(t, rt)
 	ctl(t, fixtureModel("m", fileName(t, "b"), 1, 0)).ReleaseAll()
 }
+
+func TestBusyTimeoutLayers(t *testing.T) {
+	ctx := testCtx(t)
+	a := fixtureModel("m", fileName(t, "a"), 2, 0)
+	a.BusyTimeoutMs = ms(40) // model ceiling
+	b := fixtureModel("n", fileName(t, "b"), 1, 0)
+	rt := newRuntime(t, func(c *config.Config) { c.BusyTimeoutMs = 10_000 }, a, b)
+	l, err := rt.Acquire(ctx, "m", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := rt.Acquire(ctx, "m", nil) // both slots held: a third caller must queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond) // both holders are now overdue for the model's 40 ms
+	start := time.Now()
+	if _, err := rt.Acquire(ctx, "m", nil); !apierror.Is(err, apierror.TypeBusy) || !strings.Contains(err.Error(), "more than 40 ms") {
+		t.Fatalf("request behind an overdue holder: %v", err)
+	}
+	if time.Since(start) > 30*time.Millisecond {
+		t.Fatal("overdue rejection waited")
+	}
+	// A request override above the ceiling is capped by it.
+	if _, err := rt.Acquire(ctx, "m", ms(5000)); !apierror.Is(err, apierror.TypeBusy) {
+		t.Fatalf("override above the ceiling: %v", err)
+	}
+	if err := rt.Unload(ctx, "m"); !apierror.Is(err, apierror.TypeBusy) {
+		t.Fatalf("unload with an overdue holder: %v", err)
+	}
+	// Bulk unload waits without limit for the overdue holder.
+	bulk := make(chan []string, 1)
+	go func() { u, _, _ := rt.UnloadModels(ctx, []string{"m"}); bulk <- u }()
+	waitQueue(t, rt, "m", 0, 1)
+	l.Release()
+	lb.Release()
+	if u := <-bulk; len(u) != 1 || status(t, rt, "m").Loaded {
+		t.Fatalf("bulk: %v", u)
+	}
+	// Server default applies to a model without a ceiling; a smaller
+	// request override wins.
+	l2, err := rt.Acquire(ctx, "n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := rt.Acquire(ctx, "n", ms(30)); !apierror.Is(err, apierror.TypeBusy) || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("override: %v", err)
+	}
+	if el := time.Since(start); el < 30*time.Millisecond || el > 2*time.Second {
+		t.Fatalf("override waited %v, want about 30 ms", el)
+	}
+	l2.Release()
+	checkDrained(t, rt)
+}
