@@ -18,6 +18,15 @@
 // Queued callers are not cancelled when their client goes away (the
 // runtime waits with a context that is never cancelled), so finite queued
 // work always drains and its lease is released.
+//
+// max_parallel_slots reports what the loaded assets advertise (at most 16);
+// the pool itself has exactly `slots` sessions, and asking for more than is
+// advertised fails before anything is published.
+//
+// Gaps (contract rules this package does not test): the memory guard
+// (min_free_memory_mb is not a config key of audioproof yet), signal
+// handling (server/main.go), frontend listeners and live-ingest routes
+// (out of scope), and multi-slot runs on a GPU backend.
 package parallel
 
 import (
@@ -748,6 +757,15 @@ func (r *Runtime) idleLoop(limit time.Duration) {
 			idle := e.loaded && !e.reserved && now.Sub(e.lastUsed) >= limit
 			e.mu.Unlock()
 			if !idle || !e.sched.tryExclusive() {
+				continue
+			}
+			// A request may have come and gone between the check and the
+			// hold: look again now that nothing can start.
+			e.mu.Lock()
+			idle = e.loaded && now.Sub(e.lastUsed) >= limit
+			e.mu.Unlock()
+			if !idle {
+				e.sched.releaseExclusive()
 				continue
 			}
 			r.log.Info("unloading idle model", "model", e.id, "idle_unload_ms", limit.Milliseconds())
