@@ -78,6 +78,12 @@ type api struct {
 	backendGetDefaultBufferType func(b cBackend) cBufType
 	// enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph);
 	backendGraphCompute func(b cBackend, g cGraph) int32
+	// bool ggml_backend_supports_buft(ggml_backend_t backend, ggml_backend_buffer_type_t buft);
+	backendSupportsBuft func(b cBackend, buft cBufType) bool
+	// ggml_backend_buffer_type_t ggml_backend_buffer_get_type(ggml_backend_buffer_t buffer);
+	backendBufferGetType func(buf cBuffer) cBufType
+	// const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
+	backendBuftName func(buft cBufType) string
 	// void ggml_backend_synchronize(ggml_backend_t backend);
 	backendSynchronize func(b cBackend)
 	// struct ggml_backend_buffer * ggml_backend_alloc_ctx_tensors(struct ggml_context * ctx, ggml_backend_t backend);
@@ -277,6 +283,9 @@ func (a *api) bind(handles ...uintptr) error {
 		{&a.backendGetDefaultBufferType, "ggml_backend_get_default_buffer_type"},
 		{&a.backendGraphCompute, "ggml_backend_graph_compute"},
 		{&a.backendSynchronize, "ggml_backend_synchronize"},
+		{&a.backendSupportsBuft, "ggml_backend_supports_buft"},
+		{&a.backendBufferGetType, "ggml_backend_buffer_get_type"},
+		{&a.backendBuftName, "ggml_backend_buft_name"},
 		{&a.backendAllocCtxTensors, "ggml_backend_alloc_ctx_tensors"},
 		{&a.backendBufferFree, "ggml_backend_buffer_free"},
 		{&a.backendBufferGetSize, "ggml_backend_buffer_get_size"},

@@ -913,3 +913,50 @@ func TestLiveCounts(t *testing.T) {
 		t.Fatalf("after closing everything twice: live %+v, want %+v", got, base)
 	}
 }
+
+// TestComputeRefusesForeignBuffers: weights placed by the CPU backend cannot
+// feed a Vulkan graph; Compute says so instead of crashing in the driver.
+func TestComputeRefusesForeignBuffers(t *testing.T) {
+	lib := openTestLib(t)
+	bes := backends(t, lib)
+	if len(bes) < 2 {
+		t.Skip("needs the Vulkan backend (lavapipe): install libvulkan1 mesa-vulkan-drivers and run `make deps`")
+	}
+	cpu, vk := bes[0], bes[1]
+	wctx, err := lib.NewContext(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wctx.Close()
+	w := wctx.NewTensor1D(TypeF32, 4).SetName("w")
+	wbuf, err := wctx.Alloc(cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wbuf.Close()
+	ctx, err := lib.NewContext(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := ctx.NewTensor1D(TypeF32, 4)
+	g, err := ctx.NewGraph(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Expand(ctx.Add(x, w)); err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := vk.NewAllocator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alloc.Close()
+	if err := alloc.Alloc(g); err != nil {
+		t.Fatal(err)
+	}
+	err = vk.Compute(g)
+	if err == nil || !strings.Contains(err.Error(), `"w"`) || !strings.Contains(err.Error(), "cannot use") {
+		t.Fatalf("Vulkan graph reading a CPU buffer: %v", err)
+	}
+}

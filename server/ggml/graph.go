@@ -22,6 +22,7 @@ type Graph struct {
 	allocGen uint64
 	allocN   int
 	allocOK  bool
+	allocDev cDevice
 }
 
 // NewGraph creates a graph of up to size nodes (0 = DefaultGraphSize). The
@@ -316,27 +317,43 @@ func (b *Backend) Compute(g *Graph) error {
 	if n == 0 {
 		return fmt.Errorf("ggml: compute: the graph has no op nodes; Expand it with the result tensor")
 	}
-	if gen := lib.generation(); !g.allocOK || g.allocGen != gen || g.allocN != n {
+	impl.mu.Lock()
+	defer impl.mu.Unlock()
+	if impl.closed {
+		return fmt.Errorf("%w: backend %s", ErrClosed, impl.dev.Name)
+	}
+	if gen := lib.generation(); !g.allocOK || g.allocGen != gen || g.allocN != n || g.allocDev != impl.dev.h {
 		g.allocOK = false
+		usable := map[cBufType]bool{}
+		check := func(t cTensor) error {
+			if err := lib.allocated(t); err != nil {
+				return err
+			}
+			buft := lib.fn.backendBufferGetType(tensorBuffer(t))
+			ok, seen := usable[buft]
+			if !seen {
+				ok = lib.fn.backendSupportsBuft(impl.h, buft)
+				usable[buft] = ok
+			}
+			if !ok {
+				return fmt.Errorf("ggml: compute: tensor %q lives in a %s buffer, which %s cannot use; allocate it through a backend on the same device", goString(lib.fn.getName(t)), lib.fn.backendBuftName(buft), b)
+			}
+			return nil
+		}
 		for i := range n {
 			node := lib.fn.graphNode(g.h, int32(i))
-			if err := lib.allocated(node); err != nil {
+			if err := check(node); err != nil {
 				return err
 			}
 			for s := range maxSrc {
 				if src := tensorSrc(node, s); src != 0 {
-					if err := lib.allocated(src); err != nil {
+					if err := check(src); err != nil {
 						return err
 					}
 				}
 			}
 		}
-		g.allocOK, g.allocGen, g.allocN = true, gen, n
-	}
-	impl.mu.Lock()
-	defer impl.mu.Unlock()
-	if impl.closed {
-		return fmt.Errorf("%w: backend %s", ErrClosed, impl.dev.Name)
+		g.allocOK, g.allocGen, g.allocN, g.allocDev = true, gen, n, impl.dev.h
 	}
 	if impl.dev.Type != "cpu" && (g.checkedDev != impl.dev.h || g.checkedN != n) {
 		for i := range n {
