@@ -440,3 +440,48 @@ func TestRegistered(t *testing.T) {
 		t.Error("Supports is wrong")
 	}
 }
+
+// TestNoLeaks: after sessions (with graphs of several sizes) and assets
+// close, every ggml context, buffer, allocator and stream they made is gone.
+func TestNoLeaks(t *testing.T) {
+	be := newBackend(t, "cpu")
+	before := be.Library().Live()
+	a, err := Family{}.Load(context.Background(), session.Env{Compute: be}, session.Spec{ID: "x", Path: modelPath(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		s, err := a.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 200 chunks: blocks of 128, 64 and 8.
+		if _, err := s.(*Session).Probabilities(context.Background(), make([]float32, 200*vad.ChunkSize)); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(s.(*Session).blocks); got != 3 {
+			t.Errorf("%d cached graphs, want 3", got)
+		}
+		s.Close()
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := be.Library().Live(); after != before {
+		t.Errorf("ggml objects before %+v, after %+v", before, after)
+	}
+}
+
+func TestCancelled(t *testing.T) {
+	be := newBackend(t, "cpu")
+	s := newSess(t, loadAssets(t, be, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Run(ctx, &session.Request{Audio: loadClip(t, "speech_16k.wav")}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+	// The session still works afterwards.
+	if _, err := s.Run(context.Background(), &session.Request{Audio: loadClip(t, "speech_16k.wav")}, nil); err != nil {
+		t.Error(err)
+	}
+}
