@@ -315,9 +315,12 @@ type PackOptions struct {
 
 // Pack writes an evidence folder for reports made by another tool and packs
 // it. Each JSON attachment contributes checks: a top-level boolean "passed"
-// or "ok", and items of a "checks", "results" or "findings" array that have
-// a name and a passed/ok/status field. The command's exit status, when
-// given, is a required check too. It returns the archive path and results.
+// or "ok" or a "verdict" word, every item of a "violations" array (as a
+// failure), and items of "checks", "results", "findings", "protected" or
+// "allowed_edits" arrays that carry a passed/ok boolean or a status/verdict
+// word (the boundary checker's --format json report reads this way). The
+// command's exit status, when given, is a required check too. It returns
+// the archive path and results.
 func Pack(o PackOptions) (string, *results.Results, error) {
 	if o.Kind == "" || len(o.Attach) == 0 {
 		return "", nil, fmt.Errorf("pack needs --kind and at least one --attach FILE")
@@ -400,7 +403,23 @@ func checksFromReport(name string, data []byte) []results.Check {
 			break
 		}
 	}
-	for _, key := range []string{"checks", "results", "findings"} {
+	if v, ok := doc["verdict"].(string); ok {
+		if passed, known := verdictPassed(v); known {
+			out = append(out, results.Check{Kind: "report", Step: name, Required: true, Passed: passed,
+				Message: fmt.Sprintf("%s reports verdict %q", name, v)})
+		}
+	}
+	// Violations (the boundary checker's): every item is a failure.
+	if items, ok := doc["violations"].([]any); ok {
+		for i, it := range items {
+			obj, _ := it.(map[string]any)
+			label := itemLabel(obj, fmt.Sprintf("violations[%d]", i))
+			msg, _ := obj["detail"].(string)
+			out = append(out, results.Check{Kind: "violation", Model: label, Step: name, Required: true, Passed: false,
+				Message: firstNonEmpty2(msg, label)})
+		}
+	}
+	for _, key := range []string{"checks", "results", "findings", "protected", "allowed_edits"} {
 		items, ok := doc[key].([]any)
 		if !ok {
 			continue
@@ -410,13 +429,7 @@ func checksFromReport(name string, data []byte) []results.Check {
 			if !ok {
 				continue
 			}
-			label := fmt.Sprintf("%s[%d]", key, i)
-			for _, k := range []string{"name", "id", "check", "rule"} {
-				if s, ok := obj[k].(string); ok && s != "" {
-					label = s
-					break
-				}
-			}
+			label := itemLabel(obj, fmt.Sprintf("%s[%d]", key, i))
 			passed, known := itemPassed(obj)
 			if !known {
 				continue
@@ -436,19 +449,39 @@ func checksFromReport(name string, data []byte) []results.Check {
 	return out
 }
 
+func itemLabel(obj map[string]any, def string) string {
+	for _, k := range []string{"name", "id", "check", "rule", "spec", "path"} {
+		if s, ok := obj[k].(string); ok && s != "" {
+			return s
+		}
+	}
+	return def
+}
+
 func itemPassed(obj map[string]any) (bool, bool) {
 	for _, k := range []string{"passed", "ok"} {
 		if v, ok := obj[k].(bool); ok {
 			return v, true
 		}
 	}
-	if s, ok := obj["status"].(string); ok {
-		switch strings.ToLower(s) {
-		case "pass", "passed", "ok", "success":
-			return true, true
-		case "fail", "failed", "error", "violation":
-			return false, true
+	for _, k := range []string{"status", "verdict"} {
+		if s, ok := obj[k].(string); ok {
+			if p, known := verdictPassed(s); known {
+				return p, true
+			}
 		}
+	}
+	return false, false
+}
+
+// verdictPassed reads verdict words: the boundary checker's (unchanged,
+// inserted, absent pass; changed, failed fail) and common ones.
+func verdictPassed(s string) (passed, known bool) {
+	switch strings.ToLower(s) {
+	case "pass", "passed", "ok", "success", "unchanged", "inserted", "absent":
+		return true, true
+	case "fail", "failed", "error", "violation", "changed":
+		return false, true
 	}
 	return false, false
 }

@@ -13,6 +13,11 @@ import (
 // SchemaVersion is the version of results.json this package writes and reads.
 const SchemaVersion = 1
 
+// SummaryFormat versions how summary.md and junit.xml are rendered from
+// results.json. Verify regenerates them only when the archive's format is
+// this one, so an archive made by an older tool still verifies.
+const SummaryFormat = 1
+
 // Kinds of exchange.
 const (
 	KindInference = "inference" // a model request (cold, warm, reload)
@@ -39,6 +44,7 @@ const (
 // Results is results.json.
 type Results struct {
 	SchemaVersion int          `json:"schema_version"`
+	SummaryFormat int          `json:"summary_format"`
 	Kind          string       `json:"kind"` // "checkpoints" or "boundaries"
 	Plan          PlanRef      `json:"plan"`
 	Reference     string       `json:"reference_variant,omitempty"`
@@ -232,6 +238,7 @@ func Compute(r *Results) Totals {
 
 // Finish sets the totals and the verdict.
 func (r *Results) Finish() {
+	r.SummaryFormat = SummaryFormat
 	r.Totals = Compute(r)
 	r.Passed = r.Totals.RequiredFailed == 0
 	for _, x := range r.CrossBackend {
