@@ -960,3 +960,22 @@ func TestComputeRefusesForeignBuffers(t *testing.T) {
 		t.Fatalf("Vulkan graph reading a CPU buffer: %v", err)
 	}
 }
+
+func TestProbeVulkan(t *testing.T) {
+	if _, err := os.Stat(LavapipeICD); err != nil {
+		t.Skip("lavapipe not installed (apt-get install -y libvulkan1 mesa-vulkan-drivers)")
+	}
+	t.Setenv(EnvVkICDFilenames, LavapipeICD)
+	devs, err := ProbeVulkan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) == 0 {
+		t.Fatal("lavapipe ICD selected but no Vulkan device reported")
+	}
+	for _, d := range devs {
+		if d.Type != "cpu" || d.IsGPU() || !strings.Contains(d.Name, "llvmpipe") {
+			t.Errorf("lavapipe device %+v: want a cpu-type llvmpipe device", d)
+		}
+	}
+}
