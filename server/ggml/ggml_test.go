@@ -979,3 +979,30 @@ func TestProbeVulkan(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultDirSearchesUpward(t *testing.T) {
+	root := t.TempDir()
+	mk := func(sub string) {
+		d := filepath.Join(root, ".deps", "ggml", sub)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "libggml-base.so"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nested := filepath.Join(root, "a", "b", "c")
+	if err := os.MkdirAll(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvDir, "")
+	t.Chdir(nested)
+	mk("cpu")
+	if got, want := DefaultDir(), filepath.Join(root, ".deps", "ggml", "cpu"); got != want {
+		t.Fatalf("with only the CPU build: %q, want %q", got, want)
+	}
+	mk("vulkan")
+	if got, want := DefaultDir(), filepath.Join(root, ".deps", "ggml", "vulkan"); got != want {
+		t.Fatalf("with both builds: %q, want the Vulkan one %q", got, want)
+	}
+}
