@@ -86,6 +86,12 @@ type item struct {
 	conflict bool
 	disk     *diskEntry
 	edit     *policy.Edit
+	// hashed is set when statTracked read the file: diskHash is its blob
+	// hash, content its bytes when they differ from the base's.
+	hashed   bool
+	diskHash plumbing.Hash
+	content  []byte
+	readErr  error
 }
 
 type checker struct {
@@ -215,6 +221,9 @@ func Open(dir string) (*git.Repository, string, error) {
 				return nil, "", fmt.Errorf("%w: %s is a bare repository; the check needs a working tree (run it in a clone or a git worktree)", ErrNotRepository, abs)
 			}
 			return nil, "", fmt.Errorf("%w: %s is not inside a git working tree (no .git found here or above); pass --repo with the checkout's folder", ErrNotRepository, abs)
+		}
+		if strings.Contains(err.Error(), "extension") {
+			return nil, "", fmt.Errorf("%w: open %s: %v; go-git cannot read repositories that use this git extension (git sparse-checkout and per-worktree config set extensions.worktreeConfig): run the check in a plain clone", ErrRepository, abs, err)
 		}
 		return nil, "", fmt.Errorf("%w: open %s: %v", ErrRepository, abs, err)
 	}

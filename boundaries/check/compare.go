@@ -191,6 +191,8 @@ func (c *checker) diskFinding(it *item) (*finding, string, error) {
 	switch {
 	case it.base == nil && it.disk == nil:
 		return nil, where, nil
+	case it.disk == nil && it.idx != nil && it.idx.SkipWorktree:
+		return nil, where, nil // sparse checkout: not on disk by design; the index counts
 	case it.disk == nil:
 		return &finding{kind: KindDeleted, detail: "missing from the working tree", diff: c.deletedDiff(it)}, where, nil
 	case it.base == nil:
@@ -210,14 +212,23 @@ func (c *checker) diskFinding(it *item) (*finding, string, error) {
 	}
 	var content []byte
 	var h plumbing.Hash
-	if typeOf(m) == "file" || typeOf(m) == "symlink" {
+	switch {
+	case it.hashed:
+		h, content = it.diskHash, it.content
+	case typeOf(m) == "file" || typeOf(m) == "symlink":
 		var err error
 		if content, err = c.diskContent(it); err != nil {
 			return nil, where, fmt.Errorf("%w: read %s: %v", ErrRepository, it.path, err)
 		}
 		h = plumbing.ComputeHash(plumbing.BlobObject, content)
 	}
-	f, err := c.compareEntry(it.path, it.base, m, h, func() ([]byte, error) { return content, nil }, "worktree")
+	load := func() ([]byte, error) {
+		if content == nil && it.hashed {
+			return c.diskContent(it)
+		}
+		return content, nil
+	}
+	f, err := c.compareEntry(it.path, it.base, m, h, load, "worktree")
 	return f, where, err
 }
 

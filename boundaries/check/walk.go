@@ -9,10 +9,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 )
 
@@ -179,21 +182,68 @@ func (c *checker) collectDisk() error {
 			return err
 		}
 	}
-	// Tracked paths not seen by the walk (inside ignored folders, or below a
-	// path that became a file) are looked up one by one.
-	for p, it := range c.items {
-		if it.disk != nil || (it.base == nil && it.idx == nil) {
-			continue
+	return c.statTracked()
+}
+
+// statTracked looks up every tracked protected path on disk, in parallel, and
+// hashes the regular files that the index cannot vouch for. The walk above
+// only discovers untracked files; tracked ones (also inside ignored folders,
+// or below a path that became a file) are found here.
+func (c *checker) statTracked() error {
+	var todo []*item
+	for _, it := range c.items {
+		if it.base != nil || it.idx != nil || it.conflict {
+			todo = append(todo, it)
 		}
-		fi, err := os.Lstat(c.abs(p))
-		if err != nil {
-			continue
+	}
+	workers := min(max(2*runtime.GOMAXPROCS(0), 2), 16, len(todo))
+	var wg sync.WaitGroup
+	next := make(chan *item)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range next {
+				c.statOne(it)
+			}
+		}()
+	}
+	for _, it := range todo {
+		next <- it
+	}
+	close(next)
+	wg.Wait()
+	for _, it := range todo {
+		if it.readErr != nil {
+			return fmt.Errorf("%w: read %s: %v", ErrRepository, it.path, it.readErr)
 		}
-		// A folder where a file was is a type change; the walk reports the
-		// files inside it as added.
-		it.disk = &diskEntry{info: fi}
 	}
 	return nil
+}
+
+// statOne fills it.disk and, for a regular file the index does not vouch
+// for, its content hash. It only writes to it, so items can be done in
+// parallel.
+func (c *checker) statOne(it *item) {
+	fi, err := os.Lstat(c.abs(it.path))
+	if err != nil {
+		it.disk = nil
+		return
+	}
+	it.disk = &diskEntry{info: fi}
+	if !fi.Mode().IsRegular() || it.base == nil || typeOf(it.base.mode) != "file" || c.unchangedByStat(it) {
+		return
+	}
+	data, err := os.ReadFile(c.abs(it.path))
+	if err != nil {
+		it.readErr = err
+		return
+	}
+	it.hashed = true
+	it.diskHash = plumbing.ComputeHash(plumbing.BlobObject, data)
+	if it.diskHash != it.base.hash {
+		it.content = data // kept for the comparison and the diff
+	}
 }
 
 func (c *checker) abs(p string) string { return filepath.Join(c.root, filepath.FromSlash(p)) }
@@ -287,6 +337,9 @@ func (c *checker) walk(dir string) error {
 		if !c.protected(p) {
 			continue
 		}
+		if it := c.items[p]; it != nil && (it.base != nil || it.idx != nil || it.conflict) {
+			continue // tracked: looked up by statTracked
+		}
 		fi, err := de.Info()
 		if err != nil {
 			continue // removed while walking
@@ -320,8 +373,7 @@ func (c *checker) record(p string, fi os.FileInfo) error {
 	}
 	it := c.items[p]
 	if it != nil && (it.base != nil || it.idx != nil || it.conflict) {
-		it.disk = &diskEntry{info: fi}
-		return nil
+		return nil // tracked: looked up by statTracked
 	}
 	ign, err := c.ign.ignored(p, fi.IsDir())
 	if err != nil {
