@@ -1006,3 +1006,50 @@ func TestDefaultDirSearchesUpward(t *testing.T) {
 		t.Fatalf("with both builds: %q, want the Vulkan one %q", got, want)
 	}
 }
+
+// TestAllocRefusesClosedBuffers: a graph writing into state whose buffer was
+// closed is refused by Alloc and Compute, and the closed buffer is never
+// mistaken for the allocator's own.
+func TestAllocRefusesClosedBuffers(t *testing.T) {
+	lib := openTestLib(t)
+	be, err := lib.NewBackend("cpu", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	sctx, err := lib.NewContext(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sctx.Close()
+	state := sctx.NewTensor1D(TypeF32, 4).SetName("state")
+	sbuf, err := sctx.Alloc(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := lib.NewContext(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := ctx.NewTensor1D(TypeF32, 4).SetInput()
+	g, err := ctx.NewGraph(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Expand(ctx.Cpy(ctx.Add(x, state), state)); err != nil {
+		t.Fatal(err)
+	}
+	sbuf.Close()
+	alloc, err := be.NewAllocator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alloc.Close()
+	if err := alloc.Alloc(g); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "state") {
+		t.Fatalf("Alloc of a graph using a closed state buffer: %v", err)
+	}
+	if err := be.Compute(g); err == nil {
+		t.Fatal("Compute of a graph using a closed state buffer succeeded")
+	}
+}

@@ -246,33 +246,60 @@ func (a *Allocator) Alloc(g *Graph) error {
 	if err := g.usable(); err != nil {
 		return err
 	}
-	if !a.lib.fn.gallocrAllocGraph(a.h, g.h) {
-		return fmt.Errorf("ggml: gallocr_alloc_graph failed: out of device memory")
+	// Every tensor of the graph: the graph context's tensors, the nodes and
+	// their sources (weights and state from other contexts).
+	lib := a.lib
+	all := map[cTensor]struct{}{}
+	for t := lib.fn.getFirstTensor(g.ctx.h); t != 0; t = lib.fn.getNextTensor(g.ctx.h, t) {
+		all[t] = struct{}{}
 	}
-	// Learn which buffers the allocator now uses, so data access through a
-	// tensor it placed is checked against its lifetime.
-	seen := map[cBuffer]struct{}{}
-	visit := func(t cTensor) {
-		if buf := tensorBuffer(t); buf != 0 {
-			if _, mine := a.owned[buf]; mine || !a.lib.isLive(buf) {
-				seen[buf] = struct{}{}
+	for i := range int(lib.fn.graphNNodes(g.h)) {
+		n := lib.fn.graphNode(g.h, int32(i))
+		all[n] = struct{}{}
+		for s := range maxSrc {
+			if src := tensorSrc(n, s); src != 0 {
+				all[src] = struct{}{}
 			}
 		}
 	}
-	for t := a.lib.fn.getFirstTensor(g.ctx.h); t != 0; t = a.lib.fn.getNextTensor(g.ctx.h, t) {
-		visit(t)
-	}
-	for i := range int(a.lib.fn.graphNNodes(g.h)) {
-		visit(a.lib.fn.graphNode(g.h, int32(i)))
-	}
-	for buf := range a.owned {
-		if _, still := seen[buf]; !still {
-			a.lib.dropLive(buf)
+	// Refuse tensors, or views of tensors, in freed buffers (ggml would
+	// touch the freed memory), and note the tensors ggml_gallocr will place
+	// itself: unallocated and not views. Their buffers are the allocator's.
+	var placed []cTensor
+	for t := range all {
+		buf := tensorBuffer(t)
+		if buf == 0 && tensorViewSrc(t) != 0 {
+			buf = tensorBuffer(tensorViewSrc(t))
+		}
+		switch {
+		case buf != 0 && !lib.isLive(buf):
+			return fmt.Errorf("%w: ggml: alloc_graph: tensor %q lives in a closed buffer", ErrClosed, goString(lib.fn.getName(t)))
+		case buf == 0 && tensorData(t) == 0 && tensorViewSrc(t) == 0:
+			placed = append(placed, t)
 		}
 	}
-	a.owned = seen
-	for buf := range seen {
-		a.lib.addLive(buf)
+	if !lib.fn.gallocrAllocGraph(a.h, g.h) {
+		return fmt.Errorf("ggml: gallocr_alloc_graph failed: out of device memory")
+	}
+	if len(placed) == 0 {
+		return nil
+	}
+	// Register the allocator's buffers, so data access through a tensor it
+	// placed is checked against its lifetime; retire the ones it replaced.
+	mine := map[cBuffer]struct{}{}
+	for _, t := range placed {
+		if buf := tensorBuffer(t); buf != 0 {
+			mine[buf] = struct{}{}
+		}
+	}
+	for buf := range a.owned {
+		if _, still := mine[buf]; !still {
+			lib.dropLive(buf)
+		}
+	}
+	a.owned = mine
+	for buf := range mine {
+		lib.addLive(buf)
 	}
 	return nil
 }
