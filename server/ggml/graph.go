@@ -149,6 +149,15 @@ func (c *Context) Alloc(b *Backend) (*Buffer, error) {
 	if impl.closed {
 		return nil, fmt.Errorf("%w: backend %s", ErrClosed, impl.dev.Name)
 	}
+	for t := c.lib.fn.getFirstTensor(c.h); t != 0; t = c.lib.fn.getNextTensor(c.h, t) {
+		buf := tensorBuffer(t)
+		if buf == 0 && tensorViewSrc(t) != 0 {
+			buf = tensorBuffer(tensorViewSrc(t))
+		}
+		if buf != 0 && !c.lib.isLive(buf) {
+			return nil, fmt.Errorf("%w: ggml: alloc_ctx_tensors: tensor %q lives in a closed buffer", ErrClosed, goString(c.lib.fn.getName(t)))
+		}
+	}
 	h := c.lib.fn.backendAllocCtxTensors(c.h, impl.h)
 	if h == 0 {
 		return nil, fmt.Errorf("ggml: alloc_ctx_tensors on %s failed: out of device memory, or the context has no unallocated tensors", b)
