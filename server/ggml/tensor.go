@@ -2,6 +2,7 @@ package ggml
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -66,9 +67,11 @@ type ContextOptions struct {
 // records the context's first error (see Err) and returns an invalid tensor
 // that later ops propagate.
 type Context struct {
-	lib    *Library
-	h      cContext
-	closed bool
+	lib *Library
+	h   cContext
+	// closed is atomic: tensors of a shared context (weights) are checked
+	// from every session's goroutine.
+	closed atomic.Bool
 	err    error
 }
 
@@ -106,10 +109,9 @@ func (l *Library) NewContextWith(opts ContextOptions) (*Context, error) {
 // unusable afterwards; buffers allocated for them stay owned by their Buffer.
 // Close is idempotent.
 func (c *Context) Close() error {
-	if c == nil || c.closed {
+	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.closed = true
 	c.lib.fn.free(c.h)
 	c.lib.counts.contexts.Add(-1)
 	c.h = 0
@@ -124,7 +126,7 @@ func (c *Context) Err() error {
 	if c.err != nil {
 		return c.err
 	}
-	if c.closed {
+	if c.closed.Load() {
 		return fmt.Errorf("%w: context", ErrClosed)
 	}
 	return nil
@@ -148,7 +150,7 @@ func (c *Context) room(n int) bool {
 // begin checks that an op may run: the context is open and error-free, every
 // input is a valid tensor of an open context, and there is room for n tensors.
 func (c *Context) begin(op string, n int, in ...*Tensor) bool {
-	if c.closed {
+	if c.closed.Load() {
 		if c.err == nil {
 			c.err = fmt.Errorf("%w: ggml: %s on a closed context", ErrClosed, op)
 		}
@@ -162,7 +164,7 @@ func (c *Context) begin(op string, n int, in ...*Tensor) bool {
 			c.fail(op, "input %d is not a valid tensor", i)
 			return false
 		}
-		if t.ctx.closed {
+		if t.ctx.closed.Load() {
 			c.err = fmt.Errorf("%w: ggml: %s: input %d belongs to a closed context", ErrClosed, op, i)
 			return false
 		}
@@ -189,7 +191,7 @@ type Tensor struct {
 }
 
 // Valid reports whether t is a real tensor of an open context.
-func (t *Tensor) Valid() bool { return t != nil && t.h != 0 && t.ctx != nil && !t.ctx.closed }
+func (t *Tensor) Valid() bool { return t != nil && t.h != 0 && t.ctx != nil && !t.ctx.closed.Load() }
 
 // Context is the tensor's context.
 func (t *Tensor) Context() *Context { return t.ctx }
@@ -289,8 +291,8 @@ func (t *Tensor) dataCheck(op string, off, n int) error {
 	if t == nil || t.h == 0 || t.ctx == nil {
 		return fmt.Errorf("ggml: %s: not a valid tensor", op)
 	}
-	if t.ctx.closed {
-		return fmt.Errorf("%w: ggml: %s: tensor %q belongs to a closed context", ErrClosed, op, "")
+	if t.ctx.closed.Load() {
+		return fmt.Errorf("%w: ggml: %s: the tensor belongs to a closed context", ErrClosed, op)
 	}
 	buf := tensorBuffer(t.h)
 	if buf == 0 || tensorData(t.h) == 0 {
