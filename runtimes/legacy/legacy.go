@@ -381,11 +381,12 @@ func (r *Runtime) makeRoom(e *entry) error {
 				}
 			}
 		}
+		// Least recently used first; used is guarded by r.mu.
+		sort.SliceStable(victims, func(i, j int) bool { return victims[i].used < victims[j].used })
 		r.mu.Unlock()
 		if resident < r.maxLoaded {
 			return nil
 		}
-		sort.SliceStable(victims, func(i, j int) bool { return victims[i].used < victims[j].used })
 		evicted := false
 		for _, v := range victims {
 			if !v.lock.TryLock() {
@@ -399,9 +400,25 @@ func (r *Runtime) makeRoom(e *entry) error {
 			}
 		}
 		if !evicted {
+			// Another caller may have unloaded a victim meanwhile.
+			if r.residentCount() < r.maxLoaded {
+				return nil
+			}
 			return apierror.Busyf("cannot load model %s: max_loaded_models=%d models are resident and all of them are busy; retry later", e.id, r.maxLoaded)
 		}
 	}
+}
+
+func (r *Runtime) residentCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.models {
+		if e.loaded {
+			n++
+		}
+	}
+	return n
 }
 
 // unloadLocked closes e's session, then its assets, and reports whether e
