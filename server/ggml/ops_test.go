@@ -1,0 +1,216 @@
+package ggml
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// at indexes a row-major-in-ggml-order [n0, n1, n2] slice: element (i0, i1, i2).
+func at(v []float32, n0, n1 int, i0, i1, i2 int) float32 { return v[(i2*n1+i1)*n0+i0] }
+
+// TestOpsAgainstGo checks every bound op's arguments and shape conventions
+// against a Go reference, on each backend.
+func TestOpsAgainstGo(t *testing.T) {
+	lib := openTestLib(t)
+	const n0, n1, n2 = 5, 3, 2
+	r := rand.New(rand.NewPCG(7, 9))
+	av := make([]float32, n0*n1*n2)
+	bv := make([]float32, n0*n1*n2)
+	for i := range av {
+		av[i] = 0.1 + r.Float32()*2 // positive, for sqrt and log
+		bv[i] = r.Float32()*2 - 1
+	}
+	rowv := randF32(r, n0) // broadcast row
+	idx := []int32{2, 0, 2}
+	elem := func(f func(a, b float32) float32) []float32 {
+		out := make([]float32, len(av))
+		for i := range av {
+			out[i] = f(av[i], bv[i])
+		}
+		return out
+	}
+	type tc struct {
+		name  string
+		build func(c *Context, a, b, row *Tensor, ix *Tensor) *Tensor
+		shape [4]int64
+		want  []float32
+	}
+	full := [4]int64{n0, n1, n2, 1}
+	cases := []tc{
+		{"sub", func(c *Context, a, b, _, _ *Tensor) *Tensor { return c.Sub(a, b) }, full, elem(func(a, b float32) float32 { return a - b })},
+		{"div", func(c *Context, a, b, _, _ *Tensor) *Tensor { return c.Div(b, a) }, full, elem(func(a, b float32) float32 { return b / a })},
+		{"mul_broadcast", func(c *Context, a, _, row, _ *Tensor) *Tensor { return c.Mul(a, row) }, full, func() []float32 {
+			out := make([]float32, len(av))
+			for i := range av {
+				out[i] = av[i] * rowv[i%n0]
+			}
+			return out
+		}()},
+		{"repeat", func(c *Context, a, _, row, _ *Tensor) *Tensor { return c.Repeat(row, a) }, full, func() []float32 {
+			out := make([]float32, len(av))
+			for i := range out {
+				out[i] = rowv[i%n0]
+			}
+			return out
+		}()},
+		{"sqrt", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.Sqrt(a) }, full, elem(func(a, _ float32) float32 { return float32(math.Sqrt(float64(a))) })},
+		{"sqr", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.Sqr(ident(c, a)) }, full, elem(func(a, _ float32) float32 { return a * a })},
+		{"sigmoid", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.Sigmoid(b) }, full, elem(func(_, b float32) float32 { return float32(1 / (1 + math.Exp(-float64(b)))) })},
+		{"tanh", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.Tanh(b) }, full, elem(func(_, b float32) float32 { return float32(math.Tanh(float64(b))) })},
+		{"relu", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.Relu(b) }, full, elem(func(_, b float32) float32 { return max(b, 0) })},
+		{"abs", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.Abs(b) }, full, elem(func(_, b float32) float32 { return float32(math.Abs(float64(b))) })},
+		{"neg", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.Neg(b) }, full, elem(func(_, b float32) float32 { return -b })},
+		{"exp", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.Exp(b) }, full, elem(func(_, b float32) float32 { return float32(math.Exp(float64(b))) })},
+		{"log", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.Log(a) }, full, elem(func(a, _ float32) float32 { return float32(math.Log(float64(a))) })},
+		{"scale_bias", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.ScaleBias(b, -1.5, 0.25) }, full, elem(func(_, b float32) float32 { return b*-1.5 + 0.25 })},
+		{"clamp", func(c *Context, _, b, _, _ *Tensor) *Tensor { return c.Clamp(b, -0.5, 0.25) }, full, elem(func(_, b float32) float32 { return min(max(b, -0.5), 0.25) })},
+		{"sum_rows", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.SumRows(a) }, [4]int64{1, n1, n2, 1}, func() []float32 {
+			out := make([]float32, n1*n2)
+			for i := range av {
+				out[i/n0] += av[i]
+			}
+			return out
+		}()},
+		{"permute_cont", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.Cont(c.Permute(a, 2, 0, 1, 3)) }, [4]int64{n1, n2, n0, 1}, func() []float32 {
+			// dim 0 -> 2, 1 -> 0, 2 -> 1: out(i1, i2, i0) = a(i0, i1, i2).
+			out := make([]float32, len(av))
+			for i2 := range n2 {
+				for i1 := range n1 {
+					for i0 := range n0 {
+						out[(i0*n2+i2)*n1+i1] = at(av, n0, n1, i0, i1, i2)
+					}
+				}
+			}
+			return out
+		}()},
+		{"transpose_cont", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.Cont(c.Transpose(a)) }, [4]int64{n1, n0, n2, 1}, func() []float32 {
+			out := make([]float32, len(av))
+			for i2 := range n2 {
+				for i1 := range n1 {
+					for i0 := range n0 {
+						out[(i2*n0+i0)*n1+i1] = at(av, n0, n1, i0, i1, i2)
+					}
+				}
+			}
+			return out
+		}()},
+		{"view3d_cont", func(c *Context, a, _, _, _ *Tensor) *Tensor {
+			// Columns 1..3 of every row, rows 1..2, both slices.
+			return c.Cont(c.View3D(a, 3, 2, n2, n0*4, n0*n1*4, (n0+1)*4))
+		}, [4]int64{3, 2, n2, 1}, func() []float32 {
+			var out []float32
+			for i2 := range n2 {
+				for i1 := 1; i1 < 3; i1++ {
+					for i0 := 1; i0 < 4; i0++ {
+						out = append(out, at(av, n0, n1, i0, i1, i2))
+					}
+				}
+			}
+			return out
+		}()},
+		{"view4d_reshape", func(c *Context, a, _, _, _ *Tensor) *Tensor {
+			return c.Reshape1D(c.Cont(c.View4D(a, n0, n1, 1, n2, n0*4, n0*n1*4, n0*n1*4, 0)), n0*n1*n2)
+		}, [4]int64{n0 * n1 * n2, 1, 1, 1}, av},
+		{"concat_dim1", func(c *Context, a, b, _, _ *Tensor) *Tensor { return c.Concat(a, b, 1) }, [4]int64{n0, 2 * n1, n2, 1}, func() []float32 {
+			var out []float32
+			for i2 := range n2 {
+				out = append(out, av[i2*n0*n1:(i2+1)*n0*n1]...)
+				out = append(out, bv[i2*n0*n1:(i2+1)*n0*n1]...)
+			}
+			return out
+		}()},
+		{"get_rows", func(c *Context, a, _, _, ix *Tensor) *Tensor {
+			return c.GetRows(c.Reshape2D(a, n0, n1*n2), ix)
+		}, [4]int64{n0, 3, 1, 1}, func() []float32 {
+			var out []float32
+			for _, i := range idx {
+				out = append(out, av[int(i)*n0:(int(i)+1)*n0]...)
+			}
+			return out
+		}()},
+		{"pad_ext", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.PadExt(a, 1, 2, 0, 1, 0, 0, 0, 0) }, [4]int64{n0 + 3, n1 + 1, n2, 1}, func() []float32 {
+			out := make([]float32, (n0+3)*(n1+1)*n2)
+			for i2 := range n2 {
+				for i1 := range n1 {
+					for i0 := range n0 {
+						out[(i2*(n1+1)+i1)*(n0+3)+i0+1] = at(av, n0, n1, i0, i1, i2)
+					}
+				}
+			}
+			return out
+		}()},
+		{"pad_reflect_1d", func(c *Context, a, _, _, _ *Tensor) *Tensor { return c.PadReflect1D(a, 2, 3) }, [4]int64{n0 + 5, n1, n2, 1}, func() []float32 {
+			var out []float32
+			for row := range n1 * n2 {
+				x := av[row*n0 : (row+1)*n0]
+				out = append(out, x[2], x[1])
+				out = append(out, x...)
+				out = append(out, x[3], x[2], x[1])
+			}
+			return out
+		}()},
+		{"cpy", func(c *Context, a, b, _, _ *Tensor) *Tensor { return c.Cpy(a, c.Reshape1D(b, n0*n1*n2)) }, [4]int64{n0 * n1 * n2, 1, 1, 1}, av},
+	}
+	for _, be := range backends(t, lib) {
+		t.Run(be.Kind(), func(t *testing.T) {
+			for _, k := range cases {
+				t.Run(k.name, func(t *testing.T) {
+					ctx, err := lib.NewContext(32)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer ctx.Close()
+					a := ctx.NewTensor3D(TypeF32, n0, n1, n2).SetInput()
+					b := ctx.NewTensor3D(TypeF32, n0, n1, n2).SetInput()
+					row := ctx.NewTensor1D(TypeF32, n0).SetInput()
+					ix := ctx.NewTensor1D(TypeI32, int64(len(idx))).SetInput()
+					out := k.build(ctx, a, b, row, ix).SetOutput()
+					g, err := ctx.NewGraph(0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := g.Expand(out); err != nil {
+						t.Fatal(err)
+					}
+					// Inputs that the op does not use still need memory to be set.
+					buf, err := ctx.Alloc(be)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer buf.Close()
+					for _, in := range []struct {
+						t *Tensor
+						v []float32
+					}{{a, av}, {b, bv}, {row, rowv}} {
+						if err := in.t.SetF32(in.v); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := ix.SetI32(idx); err != nil {
+						t.Fatal(err)
+					}
+					if err := be.Compute(g); err != nil {
+						t.Fatal(err)
+					}
+					if out.Shape() != k.shape {
+						t.Fatalf("shape %v, want %v", out.Shape(), k.shape)
+					}
+					got, err := out.F32()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(got) != len(k.want) {
+						t.Fatalf("%d values, want %d", len(got), len(k.want))
+					}
+					if d := maxDiff(got, k.want); d > 1e-5 {
+						t.Fatalf("differs from the Go reference by %g:\n got %v\nwant %v", d, got, k.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// ident is a*1; it makes "sqr" read its input through one more node.
+func ident(c *Context, a *Tensor) *Tensor { return c.Scale(a, 1) }
