@@ -485,3 +485,26 @@ func TestCancelled(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestTinyInputs: a single sample, or a few stereo frames at a low rate,
+// are one zero-padded chunk.
+func TestTinyInputs(t *testing.T) {
+	be := newBackend(t, "cpu")
+	s := newSess(t, loadAssets(t, be, nil))
+	for _, c := range []*audio.Clip{
+		{SampleRate: 16000, Channels: 1, Samples: []float32{0.5}},
+		{SampleRate: 8000, Channels: 2, Samples: []float32{0.1, -0.1, 0.2, -0.2, 0.3, -0.3}},
+		{SampleRate: 48000, Channels: 1, Samples: make([]float32, 48000*3/100)},
+	} {
+		res, err := s.Run(context.Background(), &session.Request{Audio: c, Options: map[string]string{"return_probabilities": "true"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := res.Extra["probabilities"].([]float32); len(p) != 1 || p[0] < 0 || p[0] > 1 {
+			t.Errorf("%d Hz: probabilities %v", c.SampleRate, p)
+		}
+		if len(res.Segments) != 0 || res.SampleRate != c.SampleRate {
+			t.Errorf("%d Hz: %+v", c.SampleRate, res)
+		}
+	}
+}
