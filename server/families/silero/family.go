@@ -94,6 +94,10 @@ func (Family) Load(ctx context.Context, env session.Env, spec session.Spec) (ses
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if env.Compute.Kind() == "vulkan" && os.Getenv("GGML_VK_DISABLE_F16") == "" {
+		log.Warn("silero_vad on Vulkan without GGML_VK_DISABLE_F16=1: ggml-vulkan multiplies f32 matrices through f16 on devices with fp16, so probabilities can differ from the reference by ~1e-2; set GGML_VK_DISABLE_F16=1 before starting the server for 1e-3 or better",
+			"model", spec.ID)
+	}
 	log.Info("silero_vad loaded", "model", spec.ID, "path", path, "backend", env.Compute.String(),
 		"version", info.Version, "source", info.Source.Package, "sha256", info.Source.SHA256)
 	return &Assets{backend: env.Compute, model: m, sessionOptions: spec.SessionOptions, log: log}, nil
