@@ -25,7 +25,7 @@ var (
 
 // fileName is the fixture file name of model id in test t: unique per test
 // run (also under -count=N), so every test starts with fresh fixture controls.
-func fileName(t *testing.T, id string) string {
+func fileName(t testing.TB, id string) string {
 	p, ok := prefixes.Load(t)
 	if !ok {
 		name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
@@ -35,7 +35,7 @@ func fileName(t *testing.T, id string) string {
 }
 
 // mdl is a lazy fixture tts model whose file name is unique to t.
-func mdl(t *testing.T, id string) config.Model {
+func mdl(t testing.TB, id string) config.Model {
 	return config.Model{
 		ID: id, Path: "/fixtures/" + fileName(t, id), Family: fixture.Name,
 		Task: session.TaskTTS, Mode: session.ModeOffline, Lazy: true,
