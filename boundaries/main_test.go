@@ -13,7 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gavv/httpexpect/v2"
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/audioproof/audioproof/boundaries/report"
 )
 
 func TestMain(m *testing.M) {
@@ -55,6 +58,8 @@ func TestScripts(t *testing.T) {
 			"crlf":       cmdCRLF,
 			"setenvfile": cmdSetenvFile,
 			"status":     cmdStatus,
+			"validjson":  cmdValidJSON,
+			"validjunit": cmdValidJUnit,
 		},
 	})
 }
@@ -214,5 +219,41 @@ func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("boundaries exited with status %d, want %d\nstdout:\n%s\nstderr:\n%s", got, want, stdout.String(), stderr.String())
+	}
+}
+
+type scriptReporter struct{ ts *testscript.TestScript }
+
+func (r scriptReporter) Errorf(format string, args ...any) { r.ts.Fatalf(format, args...) }
+
+// cmdValidJSON validates a JSON report against report.JSONSchema: validjson FILE
+func cmdValidJSON(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: validjson FILE")
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(ts.ReadFile(args[0])), &doc); err != nil {
+		ts.Fatalf("%s is not JSON: %v", args[0], err)
+	}
+	httpexpect.NewValue(scriptReporter{ts}, doc).Schema(string(report.JSONSchema))
+}
+
+// cmdValidJUnit validates a JUnit report against report.JUnitXSD with
+// xmllint, when it is installed: validjunit FILE
+func cmdValidJUnit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: validjunit FILE")
+	}
+	if _, err := exec.LookPath("xmllint"); err != nil {
+		ts.Logf("xmllint not installed: schema validation skipped")
+		return
+	}
+	xsd := ts.MkAbs("junit.xsd")
+	if err := os.WriteFile(xsd, report.JUnitXSD, 0o644); err != nil {
+		ts.Fatalf("%v", err)
+	}
+	out, err := exec.Command("xmllint", "--noout", "--schema", xsd, ts.MkAbs(args[0])).CombinedOutput()
+	if err != nil {
+		ts.Fatalf("%s does not match the JUnit schema: %v\n%s", args[0], err, out)
 	}
 }

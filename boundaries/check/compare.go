@@ -352,7 +352,7 @@ func (c *checker) compareEdit(it *item, res *Result) error {
 	er := EditResult{Path: it.path, Verdict: "failed"}
 	defer func() { res.Edits = append(res.Edits, er) }()
 	for _, b := range it.edit.Blocks {
-		er.Blocks = append(er.Blocks, BlockResult{Name: b.Name, Source: b.Source})
+		er.Blocks = append(er.Blocks, BlockResult{Name: b.Name, Source: b.Source, Status: "not-checked"})
 	}
 	v := Violation{Path: it.path, Where: []string{InWorktree}}
 	switch {

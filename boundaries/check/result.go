@@ -84,7 +84,8 @@ type BlockResult struct {
 	// InBase and InTree count the block's occurrences.
 	InBase int `json:"in_base"`
 	InTree int `json:"in_tree"`
-	// Status is inserted, in-base, absent-optional, missing, duplicated or removed.
+	// Status is inserted, in-base, absent-optional, missing, duplicated,
+	// removed, or not-checked when the file itself is missing or of another type.
 	Status string `json:"status"`
 }
 

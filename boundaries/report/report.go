@@ -4,15 +4,18 @@ package report
 
 import (
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/audioproof/audioproof/boundaries/check"
 	"github.com/audioproof/audioproof/boundaries/policy"
@@ -23,6 +26,17 @@ const Version = "1.0.0"
 
 // Schema names the JSON report's format.
 const Schema = "audioproof.boundaries/v1"
+
+// JSONSchema is the JSON Schema (draft-07) of the JSON report.
+//
+//go:embed schema.json
+var JSONSchema []byte
+
+// JUnitXSD is an XML Schema of the JUnit report: the strict Ant-style layout
+// (every suite attribute, properties, system-out and system-err present).
+//
+//go:embed junit.xsd
+var JUnitXSD []byte
 
 // Formats lists the formats Write accepts.
 var Formats = []string{"text", "json", "junit"}
@@ -245,6 +259,9 @@ type junitSuites struct {
 
 type junitSuite struct {
 	Name       string          `xml:"name,attr"`
+	Package    string          `xml:"package,attr"`
+	ID         int             `xml:"id,attr"`
+	Hostname   string          `xml:"hostname,attr"`
 	Tests      int             `xml:"tests,attr"`
 	Failures   int             `xml:"failures,attr"`
 	Errors     int             `xml:"errors,attr"`
@@ -253,6 +270,8 @@ type junitSuite struct {
 	Timestamp  string          `xml:"timestamp,attr"`
 	Properties []junitProperty `xml:"properties>property"`
 	Cases      []junitCase     `xml:"testcase"`
+	SystemOut  cdata           `xml:"system-out"`
+	SystemErr  string          `xml:"system-err"`
 }
 
 type junitProperty struct {
@@ -265,21 +284,50 @@ type junitCase struct {
 	Classname string        `xml:"classname,attr"`
 	Time      string        `xml:"time,attr"`
 	Failure   *junitFailure `xml:"failure,omitempty"`
-	SystemOut string        `xml:"system-out,omitempty"`
 }
 
 type junitFailure struct {
 	Message string `xml:"message,attr"`
 	Type    string `xml:"type,attr"`
-	Body    string `xml:",chardata"`
+	Body    string `xml:",cdata"`
+}
+
+// cdata is element text written as CDATA, so diffs stay readable.
+type cdata struct {
+	Text string `xml:",cdata"`
+}
+
+// xmlSafe replaces the characters XML 1.0 cannot carry (most control
+// characters, invalid UTF-8) with U+FFFD.
+func xmlSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+			return r
+		case r < 0x20, r == 0xFFFE, r == 0xFFFF, r == utf8.RuneError:
+			return '\uFFFD'
+		case r >= 0xD800 && r <= 0xDFFF:
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }
 
 // JUnit writes JUnit XML: one test case per protected entry and per file
-// with allowed edits; a case fails with every violation under it.
+// with allowed edits; a case fails with every violation under it. The suite
+// carries the attributes both the Jenkins and the Ant (windyroad) JUnit
+// schemas require, and the text report as its system-out.
 func JUnit(w io.Writer, in Input) error {
 	r := in.Result
 	secs := fmt.Sprintf("%.3f", r.Elapsed.Seconds())
-	suite := junitSuite{Name: "boundaries", Time: secs, Timestamp: in.Now.UTC().Format("2006-01-02T15:04:05"),
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	var text strings.Builder
+	Text(&text, in)
+	suite := junitSuite{Name: "boundaries", Package: "boundaries", Hostname: host, SystemOut: cdata{xmlSafe(text.String())},
+		Time: secs, Timestamp: in.Now.UTC().Format("2006-01-02T15:04:05"),
 		Properties: []junitProperty{
 			{Name: "base.ref", Value: r.BaseRef},
 			{Name: "base.commit", Value: r.BaseCommit},
@@ -287,8 +335,8 @@ func JUnit(w io.Writer, in Input) error {
 			{Name: "policy", Value: in.Policy.Source},
 			{Name: "tool.version", Value: Version},
 		}}
-	failCase := func(name, class string, vs []check.Violation, out string) junitCase {
-		jc := junitCase{Name: name, Classname: class, Time: "0", SystemOut: out}
+	failCase := func(name, class string, vs []check.Violation) junitCase {
+		jc := junitCase{Name: name, Classname: class, Time: "0"}
 		if len(vs) == 0 {
 			return jc
 		}
@@ -302,9 +350,9 @@ func JUnit(w io.Writer, in Input) error {
 			}
 		}
 		jc.Failure = &junitFailure{
-			Message: fmt.Sprintf("%d violation(s) under %s", len(vs), name),
+			Message: xmlSafe(fmt.Sprintf("%d violation(s) under %s", len(vs), name)),
 			Type:    strings.Join(dedupe(kinds), ","),
-			Body:    body.String(),
+			Body:    xmlSafe(body.String()),
 		}
 		return jc
 	}
@@ -316,8 +364,7 @@ func JUnit(w io.Writer, in Input) error {
 				vs = append(vs, v)
 			}
 		}
-		suite.Cases = append(suite.Cases, failCase(e.Spec, "boundaries.protected",
-			vs, fmt.Sprintf("%s: %s, %d files", e.Verdict, e.Resolved, e.Files)))
+		suite.Cases = append(suite.Cases, failCase(e.Spec, "boundaries.protected", vs))
 	}
 	for _, ed := range r.Edits {
 		var vs []check.Violation
@@ -326,7 +373,7 @@ func JUnit(w io.Writer, in Input) error {
 				vs = append(vs, v)
 			}
 		}
-		suite.Cases = append(suite.Cases, failCase(ed.Path, "boundaries.allowed_edits", vs, ed.Verdict))
+		suite.Cases = append(suite.Cases, failCase(ed.Path, "boundaries.allowed_edits", vs))
 	}
 	for _, c := range suite.Cases {
 		suite.Tests++
