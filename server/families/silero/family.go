@@ -40,7 +40,7 @@ const FamilyName = "silero_vad"
 const Capacity = 16
 
 // DefaultWeightFile is the file looked for when a model's path is a folder.
-const DefaultWeightFile = "silero_vad_v5.gguf"
+const DefaultWeightFile = vad.GGUFName
 
 func init() { session.Register(Family{}) }
 

@@ -77,7 +77,7 @@ func newBackend(t testing.TB, kind string) *ggml.Backend {
 }
 
 func modelPath(t testing.TB) string {
-	p := filepath.Join(repoRoot(), ".deps", "models", vad.DefaultWeightFileForTests)
+	p := filepath.Join(repoRoot(), ".deps", "models", vad.GGUFName)
 	if _, err := os.Stat(p); err != nil {
 		needDeps(t, "silero weights", err)
 	}

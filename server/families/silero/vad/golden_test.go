@@ -72,10 +72,7 @@ func loadClip16k(t testing.TB, file string) (*audio.Clip, []float32) {
 // scripts/fetch-silero.sh). Without it the test is skipped, except in CI.
 func modelWeights(t testing.TB) *Weights {
 	t.Helper()
-	path := filepath.Join(repoRoot(t), ".deps", "models", "silero_vad_v5.gguf")
-	if p := os.Getenv("AUDIOPROOF_SILERO_GGUF"); p != "" {
-		path = p
-	}
+	path := filepath.Join(repoRoot(t), ".deps", "models", GGUFName)
 	if _, err := os.Stat(path); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s is missing: run scripts/fetch-silero.sh (make deps)", path)

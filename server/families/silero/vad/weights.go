@@ -358,8 +358,8 @@ func FromGGUF(f *gguf.File) (*Weights, *Info, error) {
 	return w, info, nil
 }
 
-// DefaultWeightFileForTests is the converted file's name under .deps/models.
-const DefaultWeightFileForTests = "silero_vad_v5.gguf"
+// GGUFName is the converted file's name (under .deps/models after make deps).
+const GGUFName = "silero_vad_v5.gguf"
 
 // LoadGGUF reads converted weights from a file.
 func LoadGGUF(path string) (*Weights, error) {
