@@ -262,7 +262,6 @@ func (d *decoder) array(et ValueType, n uint64) any {
 		d.fail("nested arrays are not supported")
 		return nil
 	}
-	var out []any
 	var typed any
 	switch et {
 	case TypeUint8:
@@ -289,7 +288,7 @@ func (d *decoder) array(et ValueType, n uint64) any {
 		typed = collect(d, n, func(d *decoder) float64 { return math.Float64frombits(d.u64()) })
 	default:
 		d.fail("unknown array element type %d", uint32(et))
-		return out
+		return nil
 	}
 	return typed
 }
