@@ -3,6 +3,7 @@ package parallel
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -194,3 +195,27 @@ func checkDrained(t *testing.T, rt *Runtime) {
 type ctlT = fixture.Ctl
 
 func runtimesOptions(cfg *config.Config) runtimes.Options { return runtimes.Options{Config: cfg} }
+
+// repoRoot is the module root (two folders above this package).
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+
+// goT runs f in a goroutine that the test waits for (up to 5 s) before it
+// completes, so a late t.Errorf in f cannot panic the whole package run.
+// Scheduler waits return when t.Context() is cancelled, just before cleanup.
+func goT(t *testing.T, f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	})
+}

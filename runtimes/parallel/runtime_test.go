@@ -153,7 +153,7 @@ func TestLeaseCarriesBoundConfigAndReleasesOnce(t *testing.T) {
 	}
 	// Reconfiguration waits for the lease; the lease keeps its config.
 	done := make(chan error, 1)
-	go func() { _, err := rt.Register(ctx, fixtureModel("m", fileName(t, "b"), 2, 0)); done <- err }()
+	goT(t, func() { _, err := rt.Register(ctx, fixtureModel("m", fileName(t, "b"), 2, 0)); done <- err })
 	waitQueue(t, rt, "m", 0, 1)
 	if l.Model().Path != a.Path {
 		t.Fatal("lease config changed under it")
@@ -198,7 +198,7 @@ func TestBusyTimeoutLayers(t *testing.T) {
 	}
 	// Bulk unload waits without limit for the overdue holder.
 	bulk := make(chan []string, 1)
-	go func() { u, _, _ := rt.UnloadModels(ctx, []string{"m"}); bulk <- u }()
+	goT(t, func() { u, _, _ := rt.UnloadModels(ctx, []string{"m"}); bulk <- u })
 	waitQueue(t, rt, "m", 0, 1)
 	l.Release()
 	lb.Release()

@@ -106,7 +106,7 @@ func TestSchedulerFIFOWithManagerAmong17Waiters(t *testing.T) {
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		if i == mgrAt {
-			go func() {
+			goT(t, func() {
 				defer wg.Done()
 				if err := s.acquireExclusive(ctx, 0); err != nil {
 					t.Errorf("manager: %v", err)
@@ -120,11 +120,11 @@ func TestSchedulerFIFOWithManagerAmong17Waiters(t *testing.T) {
 				orderMu.Unlock()
 				time.Sleep(2 * time.Millisecond)
 				s.releaseExclusive()
-			}()
+			})
 			waitQueued(t, s, mgrAt, 1)
 			continue
 		}
-		go func() {
+		goT(t, func() {
 			defer wg.Done()
 			slot, err := s.acquire(ctx, 0)
 			if err != nil {
@@ -138,7 +138,7 @@ func TestSchedulerFIFOWithManagerAmong17Waiters(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			running.Add(-1)
 			s.release(slot)
-		}()
+		})
 		mgr := 0
 		if i > mgrAt {
 			mgr = 1
@@ -185,7 +185,7 @@ func TestSchedulerOldestWaiterGetsFreedSlot(t *testing.T) {
 	got := make(chan int, 3)
 	release := make(chan struct{})
 	for i := 0; i < 3; i++ {
-		go func() {
+		goT(t, func() {
 			slot, err := s.acquire(ctx, 0)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
@@ -194,7 +194,7 @@ func TestSchedulerOldestWaiterGetsFreedSlot(t *testing.T) {
 			got <- i
 			<-release
 			s.release(slot)
-		}()
+		})
 		waitQueued(t, s, i+1, 0)
 	}
 	s.release(held)
@@ -226,7 +226,7 @@ func TestSchedulerReservationCancelTryExpiry(t *testing.T) {
 	// Cancel: a queued request whose context ends leaves the queue.
 	cctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
-	go func() { _, err := s.acquire(cctx, 0); errc <- err }()
+	goT(t, func() { _, err := s.acquire(cctx, 0); errc <- err })
 	waitQueued(t, s, 1, 0)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -236,7 +236,7 @@ func TestSchedulerReservationCancelTryExpiry(t *testing.T) {
 
 	// A cancelled barrier at the head wakes the runnable requests behind it.
 	mctx, mcancel := context.WithCancel(ctx)
-	go func() { errc <- s.acquireExclusive(mctx, 0) }()
+	goT(t, func() { errc <- s.acquireExclusive(mctx, 0) })
 	waitQueued(t, s, 0, 1)
 	s.release(held) // slot free, but the barrier waits... it gets granted now
 	if err := <-errc; err != nil {
@@ -246,16 +246,16 @@ func TestSchedulerReservationCancelTryExpiry(t *testing.T) {
 	s.releaseExclusive()
 
 	held, _ = s.acquire(ctx, 0)
-	go func() { errc <- s.acquireExclusive(mctx2(ctx, &mcancel), 0) }()
+	goT(t, func() { errc <- s.acquireExclusive(mctx2(ctx, &mcancel), 0) })
 	waitQueued(t, s, 0, 1)
 	slotc := make(chan int, 1)
-	go func() {
+	goT(t, func() {
 		slot, err := s.acquire(ctx, 0)
 		if err != nil {
 			t.Errorf("request behind barrier: %v", err)
 		}
 		slotc <- slot
-	}()
+	})
 	waitQueued(t, s, 1, 1)
 	if s.tryExclusive() {
 		t.Fatal("tryExclusive succeeded with a non-empty queue")
@@ -275,15 +275,15 @@ func TestSchedulerReservationCancelTryExpiry(t *testing.T) {
 	s2 := newScheduler("m2", 2)
 	h2, _ := s2.acquire(ctx, 0)
 	bctx, bcancel := context.WithCancel(ctx)
-	go func() { errc <- s2.acquireExclusive(bctx, 0) }()
+	goT(t, func() { errc <- s2.acquireExclusive(bctx, 0) })
 	waitQueued(t, s2, 0, 1)
-	go func() {
+	goT(t, func() {
 		slot, err := s2.acquire(ctx, 0)
 		if err != nil {
 			t.Errorf("request: %v", err)
 		}
 		slotc <- slot
-	}()
+	})
 	waitQueued(t, s2, 1, 1)
 	bcancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -328,13 +328,13 @@ func TestSchedulerOverdueRejectionWithWaitingManagers(t *testing.T) {
 				held, _ := s.acquire(ctx, 0)
 				errc := make(chan error, managers)
 				for i := 0; i < managers; i++ {
-					go func() {
+					goT(t, func() {
 						err := s.acquireExclusive(ctx, 0)
 						if err == nil {
 							s.releaseExclusive()
 						}
 						errc <- err
-					}()
+					})
 					waitQueued(t, s, 0, i+1)
 				}
 				// Healthy holder: a request with a timeout queues (spare slots
@@ -359,13 +359,13 @@ func TestSchedulerOverdueRejectionWithWaitingManagers(t *testing.T) {
 				}
 				// Timeout 0 never checks overdue: it queues.
 				slotc := make(chan int, 1)
-				go func() {
+				goT(t, func() {
 					slot, err := s.acquire(ctx, 0)
 					if err != nil {
 						t.Errorf("unbounded request: %v", err)
 					}
 					slotc <- slot
-				}()
+				})
 				waitQueued(t, s, 1, managers)
 				s.release(held)
 				for i := 0; i < managers; i++ {
@@ -421,7 +421,7 @@ func TestSchedulerManagerPriorityWithHealthySlotTimeout0(t *testing.T) {
 	var mu sync.Mutex
 	add := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
 	done := make(chan struct{}, 2)
-	go func() {
+	goT(t, func() {
 		if err := s.acquireExclusive(ctx, 0); err != nil {
 			t.Errorf("manager: %v", err)
 		}
@@ -430,9 +430,9 @@ func TestSchedulerManagerPriorityWithHealthySlotTimeout0(t *testing.T) {
 		add("manager-end")
 		s.releaseExclusive()
 		done <- struct{}{}
-	}()
+	})
 	waitQueued(t, s, 0, 1)
-	go func() {
+	goT(t, func() {
 		slot, err := s.acquire(ctx, 0)
 		if err != nil {
 			t.Errorf("request: %v", err)
@@ -440,7 +440,7 @@ func TestSchedulerManagerPriorityWithHealthySlotTimeout0(t *testing.T) {
 		add("request")
 		s.release(slot)
 		done <- struct{}{}
-	}()
+	})
 	// The request waits behind the barrier although slot 1 is free.
 	waitQueued(t, s, 1, 1)
 	time.Sleep(10 * time.Millisecond)
@@ -489,7 +489,7 @@ func TestSchedulerNoSlotSharingUnder12x20Contention(t *testing.T) {
 		var wg sync.WaitGroup
 		for g := 1; g <= 12; g++ {
 			wg.Add(1)
-			go func() {
+			goT(t, func() {
 				defer wg.Done()
 				for i := 0; i < 20; i++ {
 					if g%5 == 0 && i%7 == 0 {
@@ -526,7 +526,7 @@ func TestSchedulerNoSlotSharingUnder12x20Contention(t *testing.T) {
 					owners[slot].Store(0)
 					s.release(slot)
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		if st := s.stats(); st.occupied != 0 || st.queuedRequests != 0 || st.exclusive {
@@ -597,7 +597,7 @@ func TestSchedulerSlots1NeverOverlaps(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
-		go func() {
+		goT(t, func() {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
 				slot, err := s.acquire(ctx, 0)
@@ -611,7 +611,7 @@ func TestSchedulerSlots1NeverOverlaps(t *testing.T) {
 				active.Add(-1)
 				s.release(slot)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
