@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	git "github.com/go-git/go-git/v5"
@@ -111,6 +112,10 @@ type checker struct {
 	indexByHash map[plumbing.Hash][]string
 	// addedHash maps the index of an "added" violation to its content hash.
 	addedHash map[int]plumbing.Hash
+	// dirLink caches whether a folder is a symlink; dirLinkMu guards it
+	// (statTracked runs in parallel).
+	dirLinkMu sync.Mutex
+	dirLink   map[string]bool
 }
 
 // Run performs the check.
@@ -139,6 +144,7 @@ func Run(opts Options) (*Result, error) {
 		gitlinks:   map[string]bool{},
 		walkedDirs: map[string]bool{},
 		addedHash:  map[int]plumbing.Hash{},
+		dirLink:    map[string]bool{},
 		fileMode:   true,
 	}
 	if fs, ok := repo.Storer.(*filesystem.Storage); ok {

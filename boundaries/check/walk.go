@@ -225,6 +225,12 @@ func (c *checker) statTracked() error {
 // for, its content hash. It only writes to it, so items can be done in
 // parallel.
 func (c *checker) statOne(it *item) {
+	if c.leadingSymlink(it.path) {
+		// A folder on the way became a symlink: git no longer sees this
+		// path (it would record the symlink and delete what was below).
+		it.disk = nil
+		return
+	}
 	fi, err := os.Lstat(c.abs(it.path))
 	if err != nil {
 		it.disk = nil
@@ -384,4 +390,30 @@ func (c *checker) record(p string, fi os.FileInfo) error {
 	}
 	c.get(p).disk = &diskEntry{info: fi, untracked: true}
 	return nil
+}
+
+// leadingSymlink reports whether a folder on the way to p is a symlink.
+func (c *checker) leadingSymlink(p string) bool {
+	for i := strings.IndexByte(p, '/'); i >= 0; {
+		dir := p[:i]
+		c.dirLinkMu.Lock()
+		link, ok := c.dirLink[dir]
+		c.dirLinkMu.Unlock()
+		if !ok {
+			fi, err := os.Lstat(c.abs(dir))
+			link = err == nil && fi.Mode()&fs.ModeSymlink != 0
+			c.dirLinkMu.Lock()
+			c.dirLink[dir] = link
+			c.dirLinkMu.Unlock()
+		}
+		if link {
+			return true
+		}
+		j := strings.IndexByte(p[i+1:], '/')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
 }
