@@ -60,6 +60,10 @@ func backends(t *testing.T, lib *Library) []*Backend {
 	}
 	t.Cleanup(func() { cpu.Close() })
 	out := []*Backend{cpu}
+	if testing.Short() {
+		t.Log("-short: Vulkan not tested (lavapipe compiles its shaders on first use, a minute or more when its cache is cold)")
+		return out
+	}
 	vk, err := lib.NewBackend("vulkan", 0, 0)
 	if err != nil {
 		t.Logf("Vulkan not tested: %v (install libvulkan1 mesa-vulkan-drivers and run `make deps`)", err)
