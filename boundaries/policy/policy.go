@@ -85,13 +85,19 @@ type Entry struct {
 func (e Entry) Matches(p string) bool {
 	switch e.Kind {
 	case KindPath:
-		return p == e.Path || strings.HasPrefix(p, e.Path+"/")
+		return p == e.Path || below(p, e.Path)
 	case KindFolder:
-		return strings.HasPrefix(p, e.Path+"/")
+		return below(p, e.Path)
 	case KindGlob:
 		return globMatch(strings.Split(e.Path, "/"), strings.Split(p, "/"))
 	}
 	return false
+}
+
+// below reports whether p lies inside folder dir (without allocating: it
+// runs for every path the check looks at).
+func below(p, dir string) bool {
+	return len(p) > len(dir) && p[len(dir)] == '/' && strings.HasPrefix(p, dir)
 }
 
 // Block is one exact block of text an allowed edit may insert once.
