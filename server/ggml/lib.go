@@ -85,10 +85,7 @@ func Open(dir string) (*Library, error) {
 		return nil, fmt.Errorf("%w: folder %s does not exist; run `make deps` (scripts/fetch-ggml.sh) or point --ggml-dir / %s at a ggml build", ErrNotFound, abs, EnvDir)
 	}
 	if openedPath != "" {
-		if openedPath != abs {
-			return nil, fmt.Errorf("ggml: already opened from %s in this process; cannot also open %s", openedPath, abs)
-		}
-		return openedLib, openedErr
+		return nil, fmt.Errorf("ggml: already opened from %s in this process; cannot also open %s (the C libraries are process-wide)", openedPath, abs)
 	}
 	lib, err := open(abs)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -115,11 +112,11 @@ func open(dir string) (*Library, error) {
 	}
 	base, err := purego.Dlopen(basePath, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("ggml: cannot load %s: %w", basePath, err)
+		return nil, fmt.Errorf("ggml: cannot load %s: %w; run `make deps` to fetch a working build", basePath, err)
 	}
 	loader, err := purego.Dlopen(loaderPath, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("ggml: cannot load %s: %w", loaderPath, err)
+		return nil, fmt.Errorf("ggml: cannot load %s: %w; run `make deps` to fetch a working build", loaderPath, err)
 	}
 	l := &Library{dir: dir, base: base, loader: loader, live: map[cBuffer]struct{}{}}
 	// The version first, so that another ggml build fails with both versions
