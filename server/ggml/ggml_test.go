@@ -111,6 +111,17 @@ func TestOpenMissing(t *testing.T) {
 	if _, err := Open(dir); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "loader") {
 		t.Fatalf("Open without loader = %v", err)
 	}
+	// Files that are not libraries: a load error naming make deps, and
+	// nothing stays loaded (the real libraries open afterwards).
+	if err := os.WriteFile(filepath.Join(dir, "libggml.v0.5.0.so"), []byte("not a library"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "cannot load") || !strings.Contains(err.Error(), "make deps") {
+		t.Fatalf("Open of non-libraries = %v", err)
+	}
+	if testLib == nil {
+		openTestLib(t)
+	}
 }
 
 func TestDefaultDirEnv(t *testing.T) {

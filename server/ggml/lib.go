@@ -87,36 +87,36 @@ func Open(dir string) (*Library, error) {
 	if openedPath != "" {
 		return nil, fmt.Errorf("ggml: already opened from %s in this process; cannot also open %s (the C libraries are process-wide)", openedPath, abs)
 	}
-	lib, err := open(abs)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		// A failed dlopen of a real library cannot be undone; remember it.
+	lib, loaded, err := open(abs)
+	if loaded {
+		// Once ggml is in the process it stays: remember the outcome.
 		openedPath, openedLib, openedErr = abs, lib, err
-	} else if err == nil {
-		openedPath, openedLib, openedErr = abs, lib, nil
 	}
 	return lib, err
 }
 
-func open(dir string) (*Library, error) {
+// open loads the libraries; loaded reports whether libggml-base.so got into
+// the process (after which another folder cannot be opened).
+func open(dir string) (lib *Library, loaded bool, err error) {
 	st, err := os.Stat(dir)
 	if err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("%w: folder %s does not exist; run `make deps` (scripts/fetch-ggml.sh) or point --ggml-dir / %s at a ggml build", ErrNotFound, dir, EnvDir)
+		return nil, false, fmt.Errorf("%w: folder %s does not exist; run `make deps` (scripts/fetch-ggml.sh) or point --ggml-dir / %s at a ggml build", ErrNotFound, dir, EnvDir)
 	}
 	basePath := filepath.Join(dir, "libggml-base.so")
 	if _, err := os.Stat(basePath); err != nil {
-		return nil, fmt.Errorf("%w: %s has no libggml-base.so; run `make deps` or point --ggml-dir / %s at a ggml build", ErrNotFound, dir, EnvDir)
+		return nil, false, fmt.Errorf("%w: %s has no libggml-base.so; run `make deps` or point --ggml-dir / %s at a ggml build", ErrNotFound, dir, EnvDir)
 	}
 	loaderPath, err := findLoader(dir)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	base, err := purego.Dlopen(basePath, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("ggml: cannot load %s: %w; run `make deps` to fetch a working build", basePath, err)
+		return nil, false, fmt.Errorf("ggml: cannot load %s: %w; run `make deps` to fetch a working build", basePath, err)
 	}
 	loader, err := purego.Dlopen(loaderPath, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("ggml: cannot load %s: %w; run `make deps` to fetch a working build", loaderPath, err)
+		return nil, true, fmt.Errorf("ggml: cannot load %s: %w; run `make deps` to fetch a working build", loaderPath, err)
 	}
 	l := &Library{dir: dir, base: base, loader: loader, live: map[cBuffer]struct{}{}}
 	// The version first, so that another ggml build fails with both versions
@@ -127,29 +127,29 @@ func open(dir string) (*Library, error) {
 	}{{&l.fn.version, "ggml_version"}, {&l.fn.commit, "ggml_commit"}} {
 		addr, err := lookup(s.name, loader, base)
 		if err != nil {
-			return nil, err
+			return nil, true, err
 		}
 		purego.RegisterFunc(s.fn, addr)
 	}
 	l.version, l.commit = l.fn.version(), l.fn.commit()
 	if err := CheckVersion(l.version, l.commit); err != nil {
-		return nil, fmt.Errorf("%w (libraries in %s)", err, dir)
+		return nil, true, fmt.Errorf("%w (libraries in %s)", err, dir)
 	}
 	if err := l.fn.bind(loader, base); err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	l.tensorOverhead = l.fn.tensorOverhead()
 	if err := l.checkLayout(); err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	if err := l.installLogger(); err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	l.fn.backendLoadAllFromPath(dir)
 	if l.fn.backendDevCount() == 0 {
-		return nil, fmt.Errorf("%w: no ggml backend loaded from %s (no libggml-cpu-*.so usable on this CPU?); run `make deps`", ErrNoBackend, dir)
+		return nil, true, fmt.Errorf("%w: no ggml backend loaded from %s (no libggml-cpu-*.so usable on this CPU?); run `make deps`", ErrNoBackend, dir)
 	}
-	return l, nil
+	return l, true, nil
 }
 
 // findLoader returns the backend loader library (libggml.v0.5.0.so in the
