@@ -61,7 +61,16 @@ func newIgnorer(root, gitDir string, repo *git.Repository) (*ignorer, error) {
 		ig.base = append(ig.base, ps...)
 	}
 	if gitDir != "" {
-		ps, err := readPatterns(filepath.Join(gitDir, "info", "exclude"), nil)
+		// A linked worktree's git folder names the shared one in "commondir";
+		// info/exclude lives there.
+		common := gitDir
+		if b, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
+			common = strings.TrimSpace(string(b))
+			if !filepath.IsAbs(common) {
+				common = filepath.Join(gitDir, common)
+			}
+		}
+		ps, err := readPatterns(filepath.Join(common, "info", "exclude"), nil)
 		if err != nil {
 			return nil, err
 		}
