@@ -42,7 +42,7 @@ fi
 bash scripts/fetch-ggml.sh "$DEPS/ggml"
 
 # --- Silero VAD weights, converted to GGUF ---------------------------------
-bash scripts/fetch-silero.sh "$DEPS"
+bash scripts/fetch-silero.sh --onnxruntime "$DEPS"
 
 # --- Go modules -------------------------------------------------------------
 if [[ ! -f "$DEPS/go-modules.stamp" || go.sum -nt "$DEPS/go-modules.stamp" ]]; then

@@ -280,6 +280,12 @@ func TestTranscriptions(t *testing.T) {
 		expectError(e.POST("/v1/audio/transcriptions").WithJSON(map[string]any{"model": "asr", "audio_base64": base64.StdEncoding.EncodeToString([]byte("not a wav file at all"))}).Expect(), 400, "invalid_request_error", "")
 		expectError(e.POST("/v1/audio/transcriptions").WithJSON(map[string]any{"model": "tts", "audio_base64": b64}).Expect(), 400, "invalid_request_error", "task")
 
+		// unreserved form fields reach the model as options (the fixture rejects a bad delay)
+		body, ct = multipartBody(t, map[string]string{"model": "asr", "fixture_delay_ms": "soon"}, map[string][]byte{"clip.wav": wavBytes(10, 16000)})
+		expectError(e.POST("/v1/audio/transcriptions").WithHeader("Content-Type", ct).WithBytes(body.Bytes()).Expect(), 400, "invalid_request_error", "fixture_delay_ms")
+		body, ct = multipartBody(t, map[string]string{"model": "asr", "options": "{"}, map[string][]byte{"clip.wav": wavBytes(10, 16000)})
+		expectError(e.POST("/v1/audio/transcriptions").WithHeader("Content-Type", ct).WithBytes(body.Bytes()).Expect(), 400, "invalid_request_error", "options")
+
 		body, ct = multipartBody(t, map[string]string{"model": "asr"}, map[string][]byte{"clip.mp3": wavBytes(10, 16000)})
 		expectError(e.POST("/v1/audio/transcriptions").WithHeader("Content-Type", ct).WithBytes(body.Bytes()).Expect(), 400, "invalid_request_error", "WAV")
 		body, ct = multipartBody(t, map[string]string{"model": "asr"}, nil)

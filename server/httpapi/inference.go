@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"slices"
 	"time"
 
@@ -342,9 +341,9 @@ func (s *Server) parseTranscription(x *exchange) (*transcriptionInput, error) {
 			}
 			in.stream = b
 		}
-		in.options = fields{}
-		if v := frm.value("options"); v != "" {
-			in.options["options"] = json.RawMessage(v)
+		in.options, err = formOptions(frm)
+		if err != nil {
+			return nil, err
 		}
 		data := files[0].data
 		in.clip = func() (*audio.Clip, error) { return s.decodeAudio("file", data) }

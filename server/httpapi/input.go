@@ -243,3 +243,48 @@ func checkWavName(name string) error {
 	}
 	return nil
 }
+
+// reservedFormFields are the multipart fields the transcription routes read
+// themselves; every other text field is passed to the model as an option.
+var reservedFormFields = map[string]bool{"model": true, "file": true, "language": true, "prompt": true,
+	"text": true, "busy_timeout_ms": true, "stream": true, "options": true}
+
+// formOptions turns a multipart body's options into request fields: the
+// `options` field (a JSON object) and any other text field as a string
+// option, e.g. -F return_probabilities=true.
+func formOptions(frm *form) (fields, error) {
+	f := fields{}
+	if v := frm.value("options"); v != "" {
+		if !json.Valid([]byte(v)) {
+			return nil, apierror.Invalidf("field \"options\" must be a JSON object")
+		}
+		f["options"] = json.RawMessage(v)
+	}
+	extra := map[string]json.RawMessage{}
+	for k, vs := range frm.values {
+		if reservedFormFields[k] || len(vs) == 0 {
+			continue
+		}
+		b, _ := json.Marshal(vs[0])
+		extra[k] = b
+	}
+	if len(extra) > 0 {
+		var merged map[string]json.RawMessage
+		if raw, ok := f["options"]; ok {
+			if err := json.Unmarshal(raw, &merged); err != nil {
+				return nil, apierror.Invalidf("field \"options\" must be a JSON object")
+			}
+		}
+		if merged == nil {
+			merged = map[string]json.RawMessage{}
+		}
+		for k, v := range extra {
+			if _, set := merged[k]; !set {
+				merged[k] = v
+			}
+		}
+		b, _ := json.Marshal(merged)
+		f["options"] = b
+	}
+	return f, nil
+}

@@ -307,9 +307,9 @@ func (s *Server) batchTranscriptions(x *exchange) error {
 			return err
 		}
 	}
-	opts := fields{}
-	if v := frm.value("options"); v != "" {
-		opts["options"] = json.RawMessage(v)
+	opts, err := formOptions(frm)
+	if err != nil {
+		return err
 	}
 	build := func(m config.Model) ([]*session.Request, error) {
 		o, err := opts.options(m.DefaultRequestOptions)
