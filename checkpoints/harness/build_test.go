@@ -59,6 +59,7 @@ func tinyRepo(t *testing.T, msg string) (string, string) {
 }
 
 func TestCheckoutCommitWritesTheTree(t *testing.T) {
+	t.Parallel()
 	repo, commit := tinyRepo(t, "committed")
 	dst := t.TempDir()
 	if err := CheckoutCommit(repo, commit, dst); err != nil {
@@ -74,6 +75,7 @@ func TestCheckoutCommitWritesTheTree(t *testing.T) {
 }
 
 func TestRefBuildUsesTheCommitNotTheWorkingTree(t *testing.T) {
+	t.Parallel()
 	repo, commit := tinyRepo(t, "committed")
 	// Change the working tree after the commit: the ref build must not see it.
 	if err := os.WriteFile(filepath.Join(repo, "server/main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"edited\") }\n"), 0o644); err != nil {

@@ -39,6 +39,9 @@ type Options struct {
 	// Progress receives progress: a bar when Terminal, plain lines otherwise.
 	Progress io.Writer
 	Terminal bool
+	// LibraryDirs are the ggml folders recorded in the manifest; nil means
+	// AUDIOPROOF_GGML_DIR or the folders under .deps/ggml.
+	LibraryDirs []string
 }
 
 // Outcome is what a run produced.
@@ -950,6 +953,9 @@ func (h *harness) recordFiles() {
 // ggmlDirs are the folders the servers load ggml from: AUDIOPROOF_GGML_DIR,
 // or the folders 'make deps' fills under .deps/ggml.
 func (h *harness) ggmlDirs() []string {
+	if h.o.LibraryDirs != nil {
+		return h.o.LibraryDirs
+	}
 	if d := os.Getenv("AUDIOPROOF_GGML_DIR"); d != "" {
 		return []string{d}
 	}

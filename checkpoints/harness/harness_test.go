@@ -92,7 +92,7 @@ func fakePlan(t *testing.T, bin string, variants []variantSpec, mutate func(p ma
 	}
 	p := map[string]any{
 		"version": 1, "name": "fake", "reference": "upstream", "backends": []string{"cpu"},
-		"server":    map[string]any{"ready_timeout_ms": 5000, "request_timeout_ms": 5000, "shutdown_timeout_ms": 3000, "drain_timeout_ms": 300},
+		"server":    map[string]any{"ready_timeout_ms": 5000, "request_timeout_ms": 5000, "shutdown_timeout_ms": 3000, "drain_timeout_ms": 200},
 		"tolerance": map[string]any{"abs": 0.001},
 		"models": []map[string]any{
 			{"id": "tts", "family": "fake_tts", "task": "tts", "path": filepath.Join(dir, "voice-a.bin"),
@@ -124,8 +124,7 @@ func fakePlan(t *testing.T, bin string, variants []variantSpec, mutate func(p ma
 func runPlan(t *testing.T, p *plan.Plan) *Outcome {
 	t.Helper()
 	// The fake server loads no ggml: do not hash the real libraries.
-	t.Setenv("AUDIOPROOF_GGML_DIR", t.TempDir())
-	out, err := Run(context.Background(), Options{Plan: p, RepoDir: repoRoot(t), OutDir: t.TempDir()})
+	out, err := Run(context.Background(), Options{Plan: p, RepoDir: repoRoot(t), OutDir: t.TempDir(), LibraryDirs: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +152,7 @@ func find(r *results.Results, kind, variant string) []results.Check {
 }
 
 func TestAllVariantsMatch(t *testing.T) {
+	t.Parallel()
 	bin := fakeServer(t)
 	out := runPlan(t, fakePlan(t, bin, standardVariants(), nil))
 	r := out.Results
@@ -183,6 +183,7 @@ func TestAllVariantsMatch(t *testing.T) {
 }
 
 func TestPlantedDifferenceIsLocated(t *testing.T) {
+	t.Parallel()
 	bin := fakeServer(t)
 	vs := standardVariants()
 	vs[2].env = map[string]string{"FAKE_SUFFIX": "-planted"}
@@ -216,6 +217,7 @@ func TestPlantedDifferenceIsLocated(t *testing.T) {
 }
 
 func TestPlantedDifferenceThroughModelEntry(t *testing.T) {
+	t.Parallel()
 	bin := fakeServer(t)
 	out := runPlan(t, fakePlan(t, bin, []variantSpec{{name: "upstream"}, {name: "other-path"}}, func(p map[string]any) {
 		vs := p["variants"].([]map[string]any)
@@ -234,6 +236,7 @@ func TestPlantedDifferenceThroughModelEntry(t *testing.T) {
 }
 
 func TestFailuresAreReportedAsWhatTheyAre(t *testing.T) {
+	t.Parallel()
 	bin := fakeServer(t)
 	vs := []variantSpec{
 		{name: "upstream"},
@@ -301,6 +304,7 @@ func TestFailuresAreReportedAsWhatTheyAre(t *testing.T) {
 }
 
 func TestBackendsAndCrossBackend(t *testing.T) {
+	t.Parallel()
 	bin := fakeServer(t)
 	p := fakePlan(t, bin, standardVariants()[:2], func(p map[string]any) {
 		p["backends"] = []string{"auto"}

@@ -81,6 +81,7 @@ func fixturePlan(t *testing.T, bin string, variants []variantSpec, mutate func(m
 }
 
 func TestRealServerVariantsMatch(t *testing.T) {
+	t.Parallel()
 	bin := realServer(t)
 	out := fixturePlan(t, bin, standardVariants(), nil)
 	r := out.Results
@@ -111,6 +112,7 @@ func TestRealServerVariantsMatch(t *testing.T) {
 }
 
 func TestRealServerPlantedDifference(t *testing.T) {
+	t.Parallel()
 	bin := realServer(t)
 	out := fixturePlan(t, bin, []variantSpec{{name: "upstream"}, {name: "flagged", args: []string{"--parallel-jobs"}}}, func(p map[string]any) {
 		// The fixture's output text is its file name: another path is an
