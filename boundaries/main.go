@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	go run ./boundaries --base REF [--repo DIR] [--config FILE | --preset NAME]
+//	go run ./boundaries --base REF [--merge-base] [--repo DIR] [--config FILE | --preset NAME]
 //	    [--format text|json|junit] [--output FILE]
 //
 // Exit status: 0 when the boundary holds, 1 when it is broken, 2 for usage,
@@ -42,6 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("boundaries", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	base := fs.String("base", "", "base revision to compare with: branch, remote branch, tag, hash, HEAD~2 (required)")
+	mergeBase := fs.Bool("merge-base", false, "compare with the merge base of REF and HEAD (the fork point) instead of REF")
 	repoDir := fs.String("repo", ".", "folder inside the repository's working tree")
 	configFile := fs.String("config", "", "policy file (default: boundaries.json at the repository root)")
 	preset := fs.String("preset", "", "built-in policy instead of a file: "+strings.Join(policy.Presets(), ", "))
@@ -49,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	output := fs.String("output", "", "write the report to FILE (a text summary still goes to standard output)")
 	version := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: boundaries --base REF [--repo DIR] [--config FILE | --preset NAME] [--format text|json|junit] [--output FILE]\n\n"+
+		fmt.Fprintf(stderr, "usage: boundaries --base REF [--merge-base] [--repo DIR] [--config FILE | --preset NAME] [--format text|json|junit] [--output FILE]\n\n"+
 			"Checks that the protected paths of the working tree (committed, staged, unstaged and untracked files)\n"+
 			"match REF, except for the edits the policy allows. Exit 0: boundary holds; 1: broken; 2: usage or repository error.\n\n")
 		fs.PrintDefaults()
@@ -108,7 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	now := time.Now()
-	res, err := check.Run(check.Options{Dir: *repoDir, Base: *base, Policy: pol, PolicyFile: policyFile})
+	res, err := check.Run(check.Options{Dir: *repoDir, Base: *base, MergeBase: *mergeBase, Policy: pol, PolicyFile: policyFile})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage

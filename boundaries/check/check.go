@@ -60,6 +60,10 @@ type Options struct {
 	Base string
 	// Policy is what to enforce.
 	Policy *policy.Policy
+	// MergeBase compares with the merge base of Base and HEAD (the fork
+	// point) instead of Base itself, so upstream commits made after the
+	// branch was cut do not count as changes.
+	MergeBase bool
 	// PolicyFile is the policy's file on disk ("" for a preset); when it lies
 	// inside the working tree, the report says whether it differs from the base.
 	PolicyFile string
@@ -162,6 +166,26 @@ func Run(opts Options) (*Result, error) {
 	commit, err := repo.CommitObject(*h)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q resolves to %s, which is not a readable commit: %v", ErrUnknownRef, opts.Base, h, err)
+	}
+	res.RefCommit = commit.Hash.String()
+	if opts.MergeBase {
+		head, err := repo.Head()
+		if err != nil {
+			return nil, fmt.Errorf("%w: --merge-base needs a HEAD commit: %v", ErrUnknownRef, err)
+		}
+		hc, err := repo.CommitObject(head.Hash())
+		if err != nil {
+			return nil, fmt.Errorf("%w: read HEAD %s: %v", ErrRepository, head.Hash(), err)
+		}
+		bases, err := hc.MergeBase(commit)
+		if err != nil {
+			return nil, fmt.Errorf("%w: merge base of HEAD and %q: %v", ErrRepository, opts.Base, err)
+		}
+		if len(bases) == 0 {
+			return nil, fmt.Errorf("%w: HEAD and %q share no history, so they have no merge base; pass --base with a commit of the upstream history, without --merge-base", ErrUnknownRef, opts.Base)
+		}
+		commit = bases[0]
+		res.MergeBase = true
 	}
 	res.BaseCommit = commit.Hash.String()
 	if c.tree, err = commit.Tree(); err != nil {

@@ -116,9 +116,13 @@ type Repository struct {
 
 // Result is the outcome of one check.
 type Result struct {
-	// BaseRef is the revision as given; BaseCommit the commit it resolved to.
-	BaseRef    string `json:"ref"`
-	BaseCommit string `json:"commit"`
+	// BaseRef is the revision as given; RefCommit the commit it resolved to;
+	// BaseCommit the commit compared with: RefCommit, or with MergeBase set,
+	// the merge base of RefCommit and HEAD.
+	BaseRef    string
+	RefCommit  string
+	BaseCommit string
+	MergeBase  bool
 	// Repo describes the working tree.
 	Repo Repository
 	// Entries has one verdict per protected entry, in policy order.

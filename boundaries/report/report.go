@@ -69,7 +69,11 @@ const textDiffLines = 40
 func Text(w io.Writer, in Input) error {
 	r := in.Result
 	var b strings.Builder
-	fmt.Fprintf(&b, "boundaries %s: base %s = %s, policy %s\n", Version, r.BaseRef, shortHash(r.BaseCommit), in.Policy.Source)
+	if r.MergeBase {
+		fmt.Fprintf(&b, "boundaries %s: base = merge base of HEAD and %s (%s) = %s, policy %s\n", Version, r.BaseRef, shortHash(r.RefCommit), shortHash(r.BaseCommit), in.Policy.Source)
+	} else {
+		fmt.Fprintf(&b, "boundaries %s: base %s = %s, policy %s\n", Version, r.BaseRef, shortHash(r.BaseCommit), in.Policy.Source)
+	}
 	if r.PolicyChanged {
 		if r.PolicyInBase {
 			b.WriteString("warning: the policy (or one of its block files) differs from the base's copy; the check used the working tree's version\n")
@@ -205,8 +209,10 @@ type jsonReport struct {
 }
 
 type base struct {
-	Ref    string `json:"ref"`
-	Commit string `json:"commit"`
+	Ref       string `json:"ref"`
+	Commit    string `json:"commit"`
+	RefCommit string `json:"ref_commit"`
+	MergeBase bool   `json:"merge_base"`
 }
 
 func verdict(r *check.Result) string {
@@ -226,7 +232,7 @@ func JSON(w io.Writer, in Input) error {
 		Verdict:    verdict(r),
 		CheckedAt:  in.Now.UTC().Format(time.RFC3339),
 		ElapsedMS:  float64(r.Elapsed.Microseconds()) / 1000,
-		Base:       base{Ref: r.BaseRef, Commit: r.BaseCommit},
+		Base:       base{Ref: r.BaseRef, Commit: r.BaseCommit, RefCommit: r.RefCommit, MergeBase: r.MergeBase},
 		Repository: r.Repo,
 		Policy: policyInfo{Source: in.Policy.Source, Version: in.Policy.Version, Description: in.Policy.Description,
 			SHA256: hex.EncodeToString(sum[:]), BlockFiles: in.Policy.BlockFiles, InBase: r.PolicyInBase, ChangedFromBase: r.PolicyChanged},
@@ -331,6 +337,7 @@ func JUnit(w io.Writer, in Input) error {
 		Properties: []junitProperty{
 			{Name: "base.ref", Value: r.BaseRef},
 			{Name: "base.commit", Value: r.BaseCommit},
+			{Name: "base.merge_base", Value: fmt.Sprint(r.MergeBase)},
 			{Name: "repository.head", Value: r.Repo.Head},
 			{Name: "policy", Value: in.Policy.Source},
 			{Name: "tool.version", Value: Version},

@@ -24,7 +24,7 @@ func sample(t *testing.T, broken bool) Input {
 		t.Fatal(err)
 	}
 	r := &check.Result{
-		BaseRef: "origin/main", BaseCommit: strings.Repeat("ab", 20),
+		BaseRef: "origin/main", BaseCommit: strings.Repeat("ab", 20), RefCommit: strings.Repeat("ab", 20),
 		Repo:  check.Repository{Root: "/src/audio.cpp", Head: strings.Repeat("cd", 20), Branch: "parallel"},
 		Files: 42, Elapsed: 12 * time.Millisecond,
 	}
