@@ -297,8 +297,17 @@ func bytesDiff(a, b []byte) *Diff {
 		return fmt.Sprintf("% x (body %d bytes)", s[i:hi], len(s))
 	}
 	path := fmt.Sprintf("body[%d]", i)
-	if wa, ok := ParseWAV(a); ok && i >= wa.DataOffset && wa.Bits > 0 {
-		path = fmt.Sprintf("body[%d] (WAV sample %d)", i, (i-wa.DataOffset)/(wa.Bits/8))
+	if wa, ok := ParseWAV(a); ok && wa.Bits > 0 {
+		wb, okB := ParseWAV(b)
+		if okB && i < wa.DataOffset && len(wa.Data) != len(wb.Data) && wb.Bits > 0 {
+			// The RIFF sizes differ because the audio has another length.
+			return &Diff{Path: fmt.Sprintf("body[%d] (WAV length)", i),
+				Want: fmt.Sprintf("%d samples at %d Hz (body %d bytes)", len(wa.Data)/(wa.Bits/8), wa.SampleRate, len(a)),
+				Got:  fmt.Sprintf("%d samples at %d Hz (body %d bytes)", len(wb.Data)/(wb.Bits/8), wb.SampleRate, len(b))}
+		}
+		if i >= wa.DataOffset {
+			path = fmt.Sprintf("body[%d] (WAV sample %d)", i, (i-wa.DataOffset)/(wa.Bits/8))
+		}
 	}
 	return &Diff{Path: path, Want: show(a), Got: show(b)}
 }

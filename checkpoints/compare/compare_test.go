@@ -90,6 +90,11 @@ func TestExactWAVByteForByte(t *testing.T) {
 	if d == nil || !strings.HasPrefix(d.Path, "body[48] (WAV sample 2)") {
 		t.Fatalf("got %+v", d)
 	}
+	// Audio of another length is said as such.
+	d = Exact(a, Response{200, h, wav(1, 2, 3)}, Options{})
+	if d == nil || d.Path != "body[4] (WAV length)" || !strings.HasPrefix(d.Want, "4 samples at 16000 Hz") || !strings.HasPrefix(d.Got, "3 samples") {
+		t.Fatalf("got %+v", d)
+	}
 	// JSON content type with a body that is not JSON falls back to bytes.
 	d = Exact(jsonResp(200, "not json"), jsonResp(200, "not jsoN"), Options{})
 	if d == nil || d.Path != "body[7]" {
