@@ -205,7 +205,10 @@ func (c *checker) diskFinding(it *item) (*finding, string, error) {
 			return nil, where, nil // not checked out: git does not compare it either
 		}
 		f, err := c.compareEntry(it.path, it.base, m, head, nil, "checked-out submodule")
-		return f, where, err
+		if f != nil || err != nil {
+			return f, where, err
+		}
+		return c.submoduleDirty(it.path), where, nil
 	}
 	if typeOf(m) == "file" && typeOf(it.base.mode) == "file" && m == it.base.mode && c.unchangedByStat(it) {
 		return nil, where, nil
@@ -286,6 +289,34 @@ func (c *checker) submoduleHead(p string) (plumbing.Hash, bool) {
 		return plumbing.ZeroHash, false
 	}
 	return head.Hash(), true
+}
+
+// submoduleDirty checks a checked-out submodule's own working tree against
+// its HEAD (every path protected): edits inside it are changes to the
+// protected tree too, as git diff reports them ("-dirty").
+func (c *checker) submoduleDirty(p string) *finding {
+	pol, err := policy.Parse([]byte(`{"version": 1, "protected": ["**"]}`), "submodule "+p, nil)
+	if err != nil {
+		return nil
+	}
+	res, err := Run(Options{Dir: c.abs(p), Base: "HEAD", Policy: pol})
+	if err != nil {
+		return &finding{kind: KindSubmodule, detail: fmt.Sprintf("submodule working tree could not be checked: %v", err)}
+	}
+	if res.OK() {
+		return nil
+	}
+	var parts []string
+	var diff strings.Builder
+	for i, v := range res.Violations {
+		if i == 10 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(res.Violations)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", v.Path, v.Kind))
+		diff.WriteString(v.Diff)
+	}
+	return &finding{kind: KindSubmodule, detail: "submodule has uncommitted changes: " + strings.Join(parts, ", "), diff: diff.String()}
 }
 
 // compareAll compares every collected path and records violations.
