@@ -418,7 +418,7 @@ func (h *harness) runVariant(ctx context.Context, be backend, v *plan.Variant) {
 		cmdRec.Duration = time.Since(start).Milliseconds()
 		h.m.AddCommand(cmdRec)
 	}()
-	readyErr := proc.waitReady(ctx, time.Duration(p.Server.ReadyTimeoutMs)*time.Millisecond)
+	healthBackend, readyErr := proc.waitReady(ctx, time.Duration(p.Server.ReadyTimeoutMs)*time.Millisecond)
 	st.ReadyMs = time.Since(start).Milliseconds()
 	if readyErr != nil {
 		proc.kill()
@@ -435,6 +435,11 @@ func (h *harness) runVariant(ctx context.Context, be backend, v *plan.Variant) {
 	h.check(results.Check{Backend: be.Name, Variant: v.Name, Kind: results.CheckStartup, Required: true, Passed: true,
 		Message: fmt.Sprintf("ready in %d ms (pid %d)", st.ReadyMs, st.PID)})
 	h.prog.add(1, label+": ready in "+strconv.FormatInt(st.ReadyMs, 10)+" ms")
+	if healthBackend != "" && healthBackend != be.Name {
+		h.check(results.Check{Backend: be.Name, Variant: v.Name, Kind: results.CheckBackend, Required: true,
+			Message: fmt.Sprintf("started for backend %s but /health reports backend %q", be.Name, healthBackend),
+			Path:    "/health $.backend", Want: be.Name, Got: healthBackend})
+	}
 
 	logs := readFile(h.f.Path(st.Stdout)) + readFile(h.f.Path(st.Stderr))
 	st.WarningPrinted = strings.Contains(logs, p.WarningText)

@@ -249,6 +249,7 @@ func TestFailuresAreReportedAsWhatTheyAre(t *testing.T) {
 		{name: "never-ready", env: map[string]string{"FAKE_NEVER_READY": "1"}},
 		{name: "bad-exit", env: map[string]string{"FAKE_EXIT_STATUS": "3"}},
 		{name: "hangs", env: map[string]string{"FAKE_IGNORE_TERM": "1"}},
+		{name: "wrong-backend", env: map[string]string{"FAKE_HEALTH_BACKEND": "cuda"}},
 	}
 	p := fakePlan(t, bin, vs, nil)
 	p.Server.ReadyTimeoutMs = 700
@@ -276,6 +277,7 @@ func TestFailuresAreReportedAsWhatTheyAre(t *testing.T) {
 	expect("never-ready", results.CheckStartup, "not ready within 700ms")
 	expect("bad-exit", results.CheckShutdown, "exited with status 3")
 	expect("hangs", results.CheckShutdown, "did not exit within 300 ms")
+	expect("wrong-backend", results.CheckBackend, `started for backend cpu but /health reports backend "cuda"`)
 	// Each variant fails only in its own way (plus the missing comparisons
 	// of servers that never ran).
 	allowed := map[string][]string{
@@ -284,6 +286,7 @@ func TestFailuresAreReportedAsWhatTheyAre(t *testing.T) {
 		"parallel-schema": {results.CheckSchema, results.CheckMatch, results.CheckLoaded},
 		"no-start":        {results.CheckStartup}, "never-ready": {results.CheckStartup},
 		"bad-exit": {results.CheckShutdown}, "hangs": {results.CheckShutdown},
+		"wrong-backend": {results.CheckBackend},
 	}
 	for _, c := range failed(r) {
 		ok := false

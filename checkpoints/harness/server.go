@@ -93,7 +93,7 @@ func (p *process) exitStatus() (*int, string) {
 
 // waitReady polls GET /health until it answers 200 with status "ok", the
 // process exits, or the timeout passes.
-func (p *process) waitReady(ctx context.Context, timeout time.Duration) error {
+func (p *process) waitReady(ctx context.Context, timeout time.Duration) (backend string, err error) {
 	deadline := time.Now().Add(timeout)
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var last string
@@ -104,7 +104,7 @@ func (p *process) waitReady(ctx context.Context, timeout time.Duration) error {
 			if code != nil {
 				status = "exit status " + strconv.Itoa(*code)
 			}
-			return fmt.Errorf("server exited before it was ready (%s)", status)
+			return "", fmt.Errorf("server exited before it was ready (%s)", status)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.baseURL+"/health", nil)
 		resp, err := client.Do(req)
@@ -112,21 +112,22 @@ func (p *process) waitReady(ctx context.Context, timeout time.Duration) error {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			var h struct {
-				Status string `json:"status"`
+				Status  string `json:"status"`
+				Backend string `json:"backend"`
 			}
 			if resp.StatusCode == 200 && json.Unmarshal(body, &h) == nil && h.Status == "ok" {
-				return nil
+				return h.Backend, nil
 			}
 			last = fmt.Sprintf("GET /health answered %d %s", resp.StatusCode, strings.TrimSpace(tail(string(body), 200)))
 		} else {
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("server not ready within %s (last: %s)", timeout, last)
+			return "", fmt.Errorf("server not ready within %s (last: %s)", timeout, last)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", ctx.Err()
 		case <-p.done:
 		case <-time.After(50 * time.Millisecond):
 		}

@@ -16,6 +16,7 @@
 //	FAKE_DEVICES=line      --list-devices prints this line after "CPU"
 //	FAKE_EXIT_STATUS=n     exit with status n on SIGTERM
 //	FAKE_IGNORE_TERM=1     do not exit on SIGTERM
+//	FAKE_HEALTH_BACKEND=b  report backend b in /health whatever --backend said
 package main
 
 import (
@@ -162,7 +163,11 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 		apiError(w, 503, "server_busy", "still loading")
 		return
 	}
-	writeJSON(w, 200, map[string]any{"status": "ok", "backend": s.backend, "models": len(s.models)})
+	backend := s.backend
+	if b := os.Getenv("FAKE_HEALTH_BACKEND"); b != "" {
+		backend = b
+	}
+	writeJSON(w, 200, map[string]any{"status": "ok", "backend": backend, "models": len(s.models)})
 }
 
 func (s *server) find(id string) *model {
