@@ -331,3 +331,26 @@ func TestBackendsAndCrossBackend(t *testing.T) {
 		t.Errorf("checks %+v", cs)
 	}
 }
+
+func TestExternalCommandLineWithPlaceholders(t *testing.T) {
+	t.Parallel()
+	bin := fakeServer(t)
+	p := fakePlan(t, bin, []variantSpec{{name: "upstream"}, {name: "external"}}, func(p map[string]any) {
+		v := p["variants"].([]map[string]any)[1]
+		v["standard_flags"] = false
+		v["args"] = []string{"--port", "{port}", "--config", "{config}", "--host", "{host}", "--backend", "{backend}"}
+	})
+	r := runPlan(t, p).Results
+	if f := failed(r); len(f) > 0 || !r.Passed {
+		t.Fatalf("failed: %+v", f)
+	}
+	for _, s := range r.Startups {
+		if s.Variant != "external" {
+			continue
+		}
+		argv := strings.Join(s.Argv, " ")
+		if strings.Contains(argv, "{") || !strings.Contains(argv, "--port ") || !strings.HasSuffix(argv, "--backend cpu") || strings.Trim(s.Argv[2], "0123456789") != "" {
+			t.Errorf("argv %q", argv)
+		}
+	}
+}
