@@ -96,9 +96,12 @@ func (b *builder) goBuild(ctx context.Context, dir, pkg, out, purpose string) (s
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return "", err
 	}
-	argv := []string{"go", "build", "-o", out, pkg}
+	// The project's build (make build): no cgo, and -trimpath so that a
+	// checkout in a temporary folder and the working tree embed the same paths.
+	argv := []string{"go", "build", "-trimpath", "-o", out, pkg}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var outBuf strings.Builder
 	cmd.Stdout = &outBuf
 	cmd.Stderr = &outBuf
@@ -111,7 +114,7 @@ func (b *builder) goBuild(ctx context.Context, dir, pkg, out, purpose string) (s
 			code = ee.ExitCode()
 		}
 	}
-	b.record(manifest.Command{Argv: argv, Dir: dir, Exit: &code, Purpose: purpose, Duration: time.Since(start).Milliseconds()})
+	b.record(manifest.Command{Argv: argv, Dir: dir, Env: []string{"CGO_ENABLED=0"}, Exit: &code, Purpose: purpose, Duration: time.Since(start).Milliseconds()})
 	if err != nil {
 		return "", fmt.Errorf("go build %s in %s failed: %v\n%s", pkg, dir, err, tail(outBuf.String(), 2000))
 	}
