@@ -176,9 +176,16 @@ func (h *harness) run(ctx context.Context) {
 	defer h.prog.finish()
 	for _, be := range backends {
 		for i := range p.Variants {
+			if ctx.Err() != nil {
+				break
+			}
 			h.runVariant(ctx, be, &p.Variants[i])
 		}
 		h.compareBackend(be.Name)
+	}
+	if ctx.Err() != nil {
+		h.r.Notes = append(h.r.Notes, "the run was interrupted; the evidence covers what ran until then")
+		h.check(results.Check{Kind: results.CheckStartup, Required: true, Message: "run interrupted: " + ctx.Err().Error()})
 	}
 	h.crossBackend(backends)
 }
