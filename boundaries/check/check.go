@@ -197,7 +197,13 @@ func Run(opts Options) (*Result, error) {
 			res.Repo.Branch = head.Name().Short()
 		}
 	}
-	if c.idx, err = repo.Storer.Index(); err != nil {
+	if c.gitDir != "" {
+		c.idx, err = readIndex(c.gitDir)
+	}
+	if c.gitDir == "" || errors.Is(err, errIndexFormat) {
+		c.idx, err = repo.Storer.Index()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: read the index: %v", ErrRepository, err)
 	}
 	if c.gitDir != "" {
