@@ -39,8 +39,10 @@ func realServer(t *testing.T) string {
 			return
 		}
 		serverBin = filepath.Join(dir, "audioproof-server")
-		cmd := exec.Command("go", "build", "-o", serverBin, "./server")
+		// Built like make build, so the build cache is shared with it.
+		cmd := exec.Command("go", "build", "-trimpath", "-o", serverBin, "./server")
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			serverErr = err
 			serverBin = string(out)
