@@ -16,7 +16,7 @@ const SchemaVersion = 1
 // SummaryFormat versions how summary.md and junit.xml are rendered from
 // results.json. Verify regenerates them only when the archive's format is
 // this one, so an archive made by an older tool still verifies.
-const SummaryFormat = 1
+const SummaryFormat = 2
 
 // Kinds of exchange.
 const (

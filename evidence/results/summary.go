@@ -60,14 +60,17 @@ func WriteSummary(w io.Writer, r *Results, markdown bool) error {
 			fmt.Fprintf(w, "\n%s\n", s)
 		}
 	}
-	title := "Checkpoint parity"
+	title := "Checkpoint parity: " + r.Plan.Name
 	if r.Kind != "checkpoints" {
-		title = "Evidence: " + r.Kind
+		title = "Evidence (" + r.Kind + ")"
+		if r.Plan.Name != "" && r.Plan.Name != r.Kind {
+			title += ": " + r.Plan.Name
+		}
 	}
 	if markdown {
-		fmt.Fprintf(w, "# %s: %s\n\n", title, r.Plan.Name)
+		fmt.Fprintf(w, "# %s\n\n", title)
 	} else {
-		fmt.Fprintf(w, "%s: %s\n", title, r.Plan.Name)
+		fmt.Fprintf(w, "%s\n", title)
 	}
 	fmt.Fprintf(w, "%s\n", r.Headline())
 	if r.Reference != "" {
@@ -123,6 +126,20 @@ func WriteSummary(w io.Writer, r *Results, markdown bool) error {
 			}
 			if err := t.Append(x.Model, x.Step, x.Variant, x.Against+" vs "+x.Backend, fmt.Sprint(x.Numbers),
 				fmt.Sprintf("%.3g", x.MaxAbs), yesNo(x.Within, "yes", "NO"), where); err != nil {
+				return err
+			}
+		}
+		if err := t.Render(); err != nil {
+			return err
+		}
+	}
+	if len(r.Exchanges) == 0 && len(r.Checks) > 0 {
+		// Reports of other tools: every check, not only the failures.
+		h(2, fmt.Sprintf("Checks (%d)", len(r.Checks)))
+		t := newTable(w, markdown)
+		t.Header("check", "required", "result", "message")
+		for _, c := range r.Checks {
+			if err := t.Append(c.Name(), yesNo(c.Required, "yes", "no"), yesNo(c.Passed, "pass", "FAIL"), oneLine(c.Message)); err != nil {
 				return err
 			}
 		}
