@@ -440,8 +440,16 @@ func checksFromReport(name string, data []byte) []results.Check {
 			if msg == "" {
 				msg, _ = obj["detail"].(string)
 			}
-			out = append(out, results.Check{Kind: key, Model: label, Step: name, Required: true, Passed: passed,
-				Message: firstNonEmpty2(msg, label)})
+			if msg == "" {
+				msg = label
+				for _, k := range []string{"status", "verdict"} {
+					if v, ok := obj[k].(string); ok {
+						msg += ": " + v
+						break
+					}
+				}
+			}
+			out = append(out, results.Check{Kind: key, Model: label, Step: name, Required: true, Passed: passed, Message: msg})
 		}
 	}
 	if len(out) == 0 {
