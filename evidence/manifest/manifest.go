@@ -160,9 +160,9 @@ func settings(info *debug.BuildInfo) []string {
 	return out
 }
 
-// CollectSource fills Source from the git repository containing dir.
-// baseRef, when not empty, is resolved too; baseCommit/baseNote override
-// what was resolved (the harness may have fallen back to another ref).
+// CollectSource fills Source from the git repository containing dir; the
+// caller sets BaseRef, BaseCommit and BaseNote (the harness may fall back
+// from the requested base to another ref).
 func (m *Manifest) CollectSource(dir string) error {
 	src, err := ReadSource(dir)
 	m.Source = src
