@@ -18,9 +18,9 @@ if ! git rev-parse --verify -q "$base^{commit}" >/dev/null; then
 fi
 out=out/boundaries
 mkdir -p "$out"
-go run ./boundaries --base "$base" --format json --output "$out/report.json"
+go run ./boundaries --base "$base" --merge-base --format json --output "$out/report.json"
 status=$?
-go run ./boundaries --base "$base" --format junit --output "$out/junit.xml" >/dev/null
+go run ./boundaries --base "$base" --merge-base --format junit --output "$out/junit.xml" >/dev/null
 go run ./evidence pack --kind boundaries --attach "$out/report.json" --attach "$out/junit.xml" \
-  --out "$out" --command "go run ./boundaries --base $base" --exit-status "$status" || exit 2
+  --out "$out" --command "go run ./boundaries --base $base --merge-base" --exit-status "$status" || exit 2
 exit "$status"
