@@ -813,3 +813,42 @@ func TestUnloadIsIdempotentAndWaitsForLazyLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestBarrierBlocksLaterRequestsWithFreeSlots: a waiting manager blocks
+// every later request even while slots are free (nothing overtakes the head
+// of the queue).
+func TestBarrierBlocksLaterRequestsWithFreeSlots(t *testing.T) {
+	for _, c := range []int{2, 4} {
+		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) {
+			ctx := testCtx(t)
+			a := fixtureModel("m", fileName(t, "a"), c, 0)
+			rt := newRuntime(t, nil, a)
+			held, err := rt.Acquire(ctx, "m", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var log events
+			mgr := make(chan error, 1)
+			goT(t, func() { err := rt.Unload(ctx, "m"); log.add("manager"); mgr <- err })
+			waitQueue(t, rt, "m", 0, 1)
+			late := make(chan error, 1)
+			goT(t, func() { late <- runHeld(ctx, rt, "m", "late", &log) })
+			waitQueue(t, rt, "m", 1, 1)
+			time.Sleep(20 * time.Millisecond)
+			if st := status(t, rt, "m"); st.Slots.Active != 1 || st.Slots.Queued != 1 {
+				t.Fatalf("a later request overtook the waiting manager: %+v", *st.Slots)
+			}
+			held.Release()
+			if err := <-mgr; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-late; err != nil {
+				t.Fatal(err)
+			}
+			if ctl(t, a).Loads.Load() != 2 {
+				t.Fatalf("loads %d: the late request must run after the unload (and reload)", ctl(t, a).Loads.Load())
+			}
+			checkDrained(t, rt)
+		})
+	}
+}
