@@ -3,6 +3,7 @@ package parallel
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,7 @@ func benchRuntime(b *testing.B, kind string, slots, capacity int, file string) r
 	case "legacy":
 		m.Slots = config.Slots{}
 		cfg.Models = []config.Model{m}
-		rt, err = legacy.New(runtimes.Options{Config: cfg})
+		rt, err = legacy.New(runtimes.Options{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 	default:
 		rt, err = New(runtimes.Options{Config: cfg})
 	}

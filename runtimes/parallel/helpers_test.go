@@ -202,7 +202,6 @@ func repoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-
 // goT runs f in a goroutine that the test waits for (up to 5 s) before it
 // completes, so a late t.Errorf in f cannot panic the whole package run.
 // Scheduler waits return when t.Context() is cancelled, just before cleanup.

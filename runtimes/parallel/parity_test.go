@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net"
 	"net/http"
@@ -92,7 +93,7 @@ func serveVariant(t *testing.T, v variant, env session.Env, models []config.Mode
 		}
 		cfg.Models = append(cfg.Models, m)
 	}
-	opts := runtimes.Options{Config: cfg, Env: env}
+	opts := runtimes.Options{Config: cfg, Env: env, Logger: slog.New(slog.DiscardHandler)}
 	var rt runtimes.Runtime
 	var err error
 	if v.parallel {
