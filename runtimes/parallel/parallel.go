@@ -123,7 +123,7 @@ func New(opts runtimes.Options) (*Runtime, error) {
 	}
 	for _, m := range opts.Config.Models {
 		if err := r.validate(m); err != nil {
-			return nil, fmt.Errorf("model %q: %w", m.ID, err)
+			return nil, err // names the model already
 		}
 		if _, dup := r.entries[m.ID]; dup {
 			return nil, fmt.Errorf("duplicate model id %q", m.ID)
@@ -205,7 +205,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 		err := r.ensureLoaded(ctx, e, cfg, nil)
 		e.sched.releaseExclusive()
 		if err != nil {
-			return fmt.Errorf("loading model %q at startup: %w", e.id, err)
+			return fmt.Errorf("at startup: %w", err)
 		}
 		loaded++
 	}

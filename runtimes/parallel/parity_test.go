@@ -216,6 +216,11 @@ func runSuite(t *testing.T, url string, steps []step) []string {
 	t.Helper()
 	var out []string
 	for _, s := range steps {
+		if s.path == "/v1/models" {
+			// A lease is released after its response is written, so the
+			// client may see the response first: wait for the counters.
+			waitDrainedOverHTTP(t, url)
+		}
 		req, err := http.NewRequest(s.method, url+s.path, bytes.NewReader(s.body))
 		if err != nil {
 			t.Fatal(err)
@@ -436,5 +441,39 @@ func TestRealConcurrencySileroVAD(t *testing.T) {
 				t.Fatalf("peak active_slots %d: %d concurrent requests on %d slots never ran at the same time", peak, n, n)
 			}
 		})
+	}
+}
+
+// waitDrainedOverHTTP polls /v1/models (2 s) until no model reports an
+// active slot or a queued request (legacy rows have no counters).
+func waitDrainedOverHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		resp, err := client.Get(url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Data []map[string]any `json:"data"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy := false
+		for _, r := range list.Data {
+			if a, ok := r["active_slots"].(float64); ok && a != 0 {
+				busy = true
+			}
+			if q, ok := r["queued_requests"].(float64); ok && q != 0 {
+				busy = true
+			}
+		}
+		if !busy || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
