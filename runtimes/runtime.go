@@ -86,10 +86,11 @@ type SlotStatus struct {
 	MaxParallelSlots *int // nil when unloaded
 }
 
-// EffectiveBusyTimeout applies the busy-timeout layers: the ceiling is the
-// model's value, else the server's; the request's value applies when it is
-// positive and the ceiling is not unbounded, as the minimum of the two. Zero
-// means wait without limit.
+// EffectiveBusyTimeout applies the busy-timeout layers (wire-api 3.1): the
+// ceiling is the model's value, else the server's. An absent or non-positive
+// request value leaves the ceiling; an unbounded (0) ceiling takes the
+// request's value; otherwise the smaller of the two wins. Zero means wait
+// without limit.
 func EffectiveBusyTimeout(server int64, model, request *int64) time.Duration {
 	ceiling := server
 	if model != nil {

@@ -11,7 +11,8 @@ echo "== 1/3 Silero VAD: ggml vs onnxruntime =="
 bash scripts/bench-vad.sh
 echo
 echo "== 2/3 runtimes: parallel slots vs legacy (fixture model) =="
-go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" ./runtimes/parallel/ | grep -vE '^(goos|goarch|pkg|cpu):'
+go test -run '^$' -bench 'BenchmarkFixtureSlots' -benchtime "${BENCHTIME:-400x}" ./runtimes/parallel/ | grep -vE '^(goos|goarch|pkg|cpu):'
+go test -run '^$' -bench 'BenchmarkAdmission' ./runtimes/parallel/ | grep -vE '^(goos|goarch|pkg|cpu):'
 echo
 echo "== 3/3 boundary checker vs git diff --name-only =="
 go test -run '^$' -bench . -benchtime 3x ./boundaries/... | grep -vE '^(goos|goarch|pkg|cpu):'

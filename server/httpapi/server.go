@@ -42,6 +42,11 @@ type Server struct {
 	workers  sync.WaitGroup // every request handler in flight
 	inflight sync.Map       // *exchange -> struct{}
 	closing  atomic.Bool
+
+	// newConns holds connections that have not yet delivered a complete
+	// request (http.StateNew): no worker owns them, so Shutdown closes them
+	// instead of waiting the 5 s net/http gives them.
+	newConns sync.Map // net.Conn -> time.Time (accepted)
 }
 
 // stallSlice is how long a socket read or write may block during shutdown
@@ -59,6 +64,7 @@ func New(o Options) *Server {
 	s.httpSrv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 30 * time.Second,
+		ConnState:         s.trackConn,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s
@@ -138,6 +144,14 @@ func (s *Server) runHandler(h handlerFunc, x *exchange) (err error) {
 	return h(x)
 }
 
+func (s *Server) trackConn(c net.Conn, state http.ConnState) {
+	if state == http.StateNew {
+		s.newConns.Store(c, time.Now())
+	} else {
+		s.newConns.Delete(c)
+	}
+}
+
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
 	err := s.httpSrv.Serve(l)
@@ -181,6 +195,12 @@ func (s *Server) cancelStalledIO(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		now := time.Now()
+		s.newConns.Range(func(k, v any) bool {
+			if now.Sub(v.(time.Time)) >= stallSlice {
+				k.(net.Conn).Close()
+			}
+			return true
+		})
 		s.inflight.Range(func(k, _ any) bool {
 			k.(*exchange).cancelIfStalled(now)
 			return true
