@@ -139,22 +139,7 @@ func (s *Server) speech(x *exchange) error {
 	}
 	build := func(m config.Model) (*session.Request, error) {
 		req := &session.Request{Input: input, Stream: stream}
-		if req.Language, err = f.str("language"); err != nil {
-			return nil, err
-		}
-		if req.Voice, err = f.str("voice"); err != nil {
-			return nil, err
-		}
-		if req.ReferenceText, err = f.str("reference_text"); err != nil {
-			return nil, err
-		}
-		if req.Options, err = f.options(m.DefaultRequestOptions); err != nil {
-			return nil, err
-		}
-		if req.VoiceRef, err = s.voiceRef(f["voice_ref"]); err != nil {
-			return nil, err
-		}
-		if err := s.applyVoicePreset(m, req, f.has("voice") || f.has("voice_ref")); err != nil {
+		if err := s.voiceFields(m, f, req); err != nil {
 			return nil, err
 		}
 		return req, nil

@@ -83,48 +83,65 @@ func (s *Server) taskRequest(m config.Model, f fields) (*session.Request, error)
 			return nil, err
 		}
 	}
-	if req.Language, err = f.str("language"); err != nil {
-		return nil, err
-	}
-	if req.Voice, err = f.str("voice"); err != nil {
-		return nil, err
-	}
-	if req.ReferenceText, err = f.str("reference_text"); err != nil {
-		return nil, err
-	}
-	if req.Options, err = f.options(m.DefaultRequestOptions); err != nil {
-		return nil, err
-	}
-	if req.VoiceRef, err = s.voiceRef(f["voice_ref"]); err != nil {
-		return nil, err
-	}
 	if req.Audio, err = s.jsonAudio(f); err != nil {
 		return nil, err
 	}
-	if err := s.applyVoicePreset(m, req, f.has("voice") || f.has("voice_ref")); err != nil {
+	if err := s.voiceFields(m, f, req); err != nil {
 		return nil, err
 	}
 	return req, nil
 }
 
-func (s *Server) taskRun(x *exchange) error {
+// voiceFields reads what speech and generic tasks share: language, voice,
+// reference text and audio, options (over the model's defaults), and the
+// model's voice presets.
+func (s *Server) voiceFields(m config.Model, f fields, req *session.Request) error {
+	var err error
+	if req.Language, err = f.str("language"); err != nil {
+		return err
+	}
+	if req.Voice, err = f.str("voice"); err != nil {
+		return err
+	}
+	if req.ReferenceText, err = f.str("reference_text"); err != nil {
+		return err
+	}
+	if req.Options, err = f.options(m.DefaultRequestOptions); err != nil {
+		return err
+	}
+	if req.VoiceRef, err = s.voiceRef(f["voice_ref"]); err != nil {
+		return err
+	}
+	return s.applyVoicePreset(m, req, f.has("voice") || f.has("voice_ref"))
+}
+
+// taskLease reads a generic task body, binds the lease and then builds the
+// request from the leased model's configuration. The caller releases l.
+func (s *Server) taskLease(x *exchange) (l runtimes.Lease, req *session.Request, err error) {
 	body, err := x.body()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	f, model, busy, err := taskFields(body)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	l, err := s.lease(x, model, busy)
+	if l, err = s.lease(x, model, busy); err != nil {
+		return nil, nil, err
+	}
+	if req, err = s.taskRequest(l.Model(), f); err != nil {
+		l.Release()
+		return nil, nil, err
+	}
+	return l, req, nil
+}
+
+func (s *Server) taskRun(x *exchange) error {
+	l, req, err := s.taskLease(x)
 	if err != nil {
 		return err
 	}
 	defer l.Release()
-	req, err := s.taskRequest(l.Model(), f)
-	if err != nil {
-		return err
-	}
 	res, err := run(x, l, req, nil)
 	if err != nil {
 		return err
@@ -141,23 +158,11 @@ func (s *Server) taskRun(x *exchange) error {
 }
 
 func (s *Server) taskStream(x *exchange) error {
-	body, err := x.body()
-	if err != nil {
-		return err
-	}
-	f, model, busy, err := taskFields(body)
-	if err != nil {
-		return err
-	}
-	l, err := s.lease(x, model, busy)
+	l, req, err := s.taskLease(x)
 	if err != nil {
 		return err
 	}
 	defer l.Release()
-	req, err := s.taskRequest(l.Model(), f)
-	if err != nil {
-		return err
-	}
 	req.Stream = true
 	events := []orderedObject{}
 	var first time.Duration
