@@ -192,7 +192,10 @@ func TestHealthAndModels(t *testing.T) {
 func TestUnknownEndpointAndCORS(t *testing.T) {
 	e, _ := startServer(t, variants[0], fixtureConfig(t, variants[0], ""))
 	expectError(e.GET("/nope").Expect(), 404, "not_found", "unknown endpoint: /nope")
-	expectError(e.GET("/v1/audio/speech").Expect(), 404, "not_found", "unknown endpoint")
+	r405 := e.GET("/v1/audio/speech").Expect()
+	expectError(r405, 405, "invalid_request_error", "method GET is not allowed on /v1/audio/speech: use POST")
+	r405.Header("Allow").IsEqual("POST")
+	expectError(e.POST("/health").Expect(), 405, "invalid_request_error", "use GET")
 	r := e.OPTIONS("/v1/audio/speech").WithHeader("Origin", "http://example.test").Expect()
 	r.Status(204)
 	r.Header("Access-Control-Allow-Origin").IsEqual("http://example.test")
@@ -487,4 +490,20 @@ func withoutTiming(t *testing.T, body string) string {
 	delete(obj, "timing")
 	b, _ := json.Marshal(obj)
 	return string(b)
+}
+
+// A load that fails because the request named a path that does not exist is
+// the client's mistake (400); any other load failure stays a 500.
+func TestLoadRouteMissingPathIs400(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
+		e, _ := startServer(t, v, fixtureConfig(t, v, ""))
+		fixture.Control("missing.bin").FailLoad.Store(true)
+		expectError(e.POST("/v1/models/load").WithJSON(map[string]any{"id": "m", "family": "fixture", "path": "/no/such/dir/missing.bin"}).Expect(),
+			400, "invalid_request_error", "does not exist")
+		existing := filepath.Join(t.TempDir(), "broken.bin")
+		os.WriteFile(existing, []byte("x"), 0o644)
+		fixture.Control("broken.bin").FailLoad.Store(true)
+		expectError(e.POST("/v1/models/load").WithJSON(map[string]any{"id": "b", "family": "fixture", "path": existing}).Expect(),
+			500, "server_error", "")
+	})
 }

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -135,7 +137,7 @@ func (s *Server) loadModel(x *exchange) error {
 	}
 	reconfigured, err := s.rt.Register(x.r.Context(), m)
 	if err != nil {
-		return err
+		return loadRouteError(m, err)
 	}
 	return x.ok(orderedObject{{"id", m.ID}, {"loaded", true}, {"reconfigured", reconfigured}})
 }
@@ -216,4 +218,17 @@ func decodeObject(body []byte, v any) error {
 		return apierror.Invalidf("invalid JSON body: %v", err)
 	}
 	return nil
+}
+
+// loadRouteError turns a load failure caused by the request itself (a path
+// that does not exist) into a 400; the C++ server answers 500 there.
+func loadRouteError(m config.Model, err error) error {
+	var e *apierror.Error
+	if errors.As(err, &e) && e.Status != http.StatusInternalServerError {
+		return err
+	}
+	if _, statErr := os.Stat(m.Path); statErr != nil && os.IsNotExist(statErr) {
+		return apierror.Invalidf("model %q: path %q does not exist (relative paths resolve against %s): %v", m.ID, m.Path, filepath.Dir(m.Path), err)
+	}
+	return err
 }

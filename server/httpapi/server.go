@@ -7,6 +7,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -108,10 +109,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
+		if allowed := s.methodsFor(r); allowed != "" {
+			w.Header().Set("Allow", allowed)
+			writeError(w, &apierror.Error{Status: http.StatusMethodNotAllowed, Type: apierror.TypeInvalid,
+				Message: fmt.Sprintf("method %s is not allowed on %s: use %s", r.Method, r.URL.Path, allowed)})
+			return
+		}
 		writeError(w, apierror.NotFoundf("unknown endpoint: %s", r.URL.Path))
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// methodsFor names the methods the path does answer ("" for an unknown path).
+func (s *Server) methodsFor(r *http.Request) string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	return strings.Join(allowed, ", ")
 }
 
 func (s *Server) wrap(h handlerFunc) http.Handler {
