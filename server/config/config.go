@@ -28,6 +28,8 @@ const (
 	DefaultMaxRequestBodyBytes = 64 << 20
 	DefaultMaxAudioSeconds     = 1800
 	MaxSlots                   = 16
+	// MaxMinFreeMemoryMb is the largest min_free_memory_mb accepted (1 PiB).
+	MaxMinFreeMemoryMb = 1 << 30
 )
 
 // Config is the whole server configuration.
@@ -47,10 +49,14 @@ type Config struct {
 	MaxAudioSeconds     float64
 	MaxLoadedModels     int
 	IdleUnloadMs        int64
-	AudioRoots          []string // absolute folders server-local audio paths must lie under
-	VoiceDir            string
-	Models              []Model
-	BaseDir             string // folder relative paths were resolved against
+	// MinFreeMemoryMb is the memory guard's headroom in MiB: a load is
+	// refused when its estimate plus this much exceeds the free memory.
+	// 0 turns the guard off.
+	MinFreeMemoryMb int64
+	AudioRoots      []string // absolute folders server-local audio paths must lie under
+	VoiceDir        string
+	Models          []Model
+	BaseDir         string // folder relative paths were resolved against
 }
 
 // Model is one model entry.
@@ -223,6 +229,8 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 			cfg.MaxLoadedModels = int(r.intRange(key, v, 0, math.MaxInt32))
 		case "idle_unload_ms":
 			cfg.IdleUnloadMs = r.intRange(key, v, 0, 1<<53-1)
+		case "min_free_memory_mb":
+			cfg.MinFreeMemoryMb = r.intRange(key, v, 0, MaxMinFreeMemoryMb)
 		case "audio_roots":
 			for i, item := range r.array(key, v) {
 				p := r.str(fmt.Sprintf("%s[%d]", key, i), item)
