@@ -20,6 +20,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Family finds a model family by name; nil means session.Lookup.
 	Family func(name string) (session.Family, bool)
+	// FreeMemory reports the free host memory in bytes for the memory
+	// guard (min_free_memory_mb); nil reads MemAvailable from /proc/meminfo.
+	FreeMemory func() (uint64, error)
+	// FreeDeviceMemory reports the free memory of the compute device in
+	// bytes for the memory guard; ok is false when there is no device
+	// memory to check (CPU backend, or a device that reports none). nil
+	// asks the ggml device of Env.Compute.
+	FreeDeviceMemory func() (free uint64, ok bool, err error)
 }
 
 // FamilyLookup returns o.Family or the global registry.
