@@ -15,7 +15,12 @@
 //   - max_loaded_models: before a load, least-recently-used resident models
 //     are unloaded, but only those whose lock can be taken without waiting;
 //     when none can, the load fails with 503 server_busy. Loads are
-//     serialised only while this limit is on.
+//     serialised only while this limit or the memory guard is on.
+//   - min_free_memory_mb (the memory guard, runtimes.MemoryGuard): after
+//     any eviction and before the family loads, a load whose estimate
+//     (1.5 × weights + 128 MiB) plus the headroom exceeds the free host or
+//     device memory fails with 503 insufficient_memory; nothing is loaded
+//     and evictions already done are not undone.
 //   - idle_unload_ms: a background check every max(1 s, limit/10) unloads
 //     every idle resident model once nothing has loaded, started or ended a
 //     run for the limit, then restarts the clock.
@@ -56,8 +61,10 @@ type Runtime struct {
 
 	maxLoaded int
 	idleLimit time.Duration
+	guard     *runtimes.MemoryGuard // nil: min_free_memory_mb is off
 
-	// loadMu serialises loads (with their evictions) while max_loaded_models is on.
+	// loadMu serialises loads (with their evictions and memory checks)
+	// while max_loaded_models or the memory guard is on.
 	loadMu sync.Mutex
 
 	// mu guards everything below and the observable fields of each entry
@@ -117,6 +124,7 @@ func New(opts runtimes.Options) (*Runtime, error) {
 		family:       lookup,
 		maxLoaded:    cfg.MaxLoadedModels,
 		idleLimit:    time.Duration(cfg.IdleUnloadMs) * time.Millisecond,
+		guard:        runtimes.NewMemoryGuard(runtimes.Options{Config: cfg, Env: env, Logger: log, FreeMemory: opts.FreeMemory, FreeDeviceMemory: opts.FreeDeviceMemory}),
 		models:       map[string]*entry{},
 		lastActivity: time.Now(),
 	}
@@ -312,16 +320,23 @@ func (r *Runtime) ensureLoadedLocked(ctx context.Context, e *entry) error {
 	if loaded {
 		return nil
 	}
-	if r.maxLoaded > 0 {
-		r.loadMu.Lock()
-		defer r.loadMu.Unlock()
-		if err := r.makeRoom(e); err != nil {
-			return err
-		}
-	}
 	r.mu.Lock()
 	cfg := e.cfg.Clone()
 	r.mu.Unlock()
+	if r.maxLoaded > 0 || r.guard.On() {
+		r.loadMu.Lock()
+		defer r.loadMu.Unlock()
+		if r.maxLoaded > 0 {
+			if err := r.makeRoom(e); err != nil {
+				return err
+			}
+		}
+		// After the evictions, which free memory; they stay done if the
+		// guard refuses.
+		if err := r.guard.Check(cfg); err != nil {
+			return err
+		}
+	}
 
 	fam, ok := r.family(cfg.Family)
 	if !ok {
