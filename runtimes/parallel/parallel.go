@@ -23,9 +23,15 @@
 // the pool itself has exactly `slots` sessions, and asking for more than is
 // advertised fails before anything is published.
 //
-// Gaps (contract rules this package does not test): the memory guard
-// (min_free_memory_mb is not a config key of audioproof yet), signal
-// handling (server/main.go), frontend listeners and live-ingest routes
+// The memory guard (min_free_memory_mb, runtimes.MemoryGuard) runs before
+// a pool is built, after any max_loaded_models eviction has finished its
+// teardown (so the freed memory is counted); guarded loads are serialised
+// by loadMu. A refusal is 503 insufficient_memory: nothing is published,
+// the entry stays registered and unloaded, evictions stay done. A
+// reconfiguration's private capacity probe is checked before it loads
+// (refusal: the current model is kept).
+//
+// Gaps (contract rules this package does not test): signal handling (server/main.go), frontend listeners and live-ingest routes
 // (out of scope), and multi-slot runs on a GPU backend.
 package parallel
 
@@ -74,6 +80,9 @@ type Runtime struct {
 	resMu  sync.Mutex // residency accounting for max_loaded_models
 	bulkMu sync.Mutex // serialises bulk barrier publication only
 
+	guard  *runtimes.MemoryGuard // nil: min_free_memory_mb is off
+	loadMu sync.Mutex            // serialises guarded loads (check + build)
+
 	background sync.WaitGroup // evicted teardowns, idle loop
 	stopIdle   chan struct{}
 	closed     atomic.Bool
@@ -121,6 +130,9 @@ func New(opts runtimes.Options) (*Runtime, error) {
 		cfg: opts.Config, env: env, log: log, family: opts.FamilyLookup(), now: time.Now,
 		entries: map[string]*entry{}, stopIdle: make(chan struct{}),
 	}
+	gopts := opts
+	gopts.Env, gopts.Logger = env, log
+	r.guard = runtimes.NewMemoryGuard(gopts)
 	for _, m := range opts.Config.Models {
 		if err := r.validate(m); err != nil {
 			return nil, err // names the model already
@@ -358,7 +370,8 @@ func (r *Runtime) ensureLoaded(ctx context.Context, e *entry, cfg config.Model, 
 		}
 		return nil
 	}
-	if err := r.reserveResidency(e); err != nil {
+	evicted, err := r.reserveResidency(e)
+	if err != nil {
 		if probe != nil {
 			_ = probe.Close()
 		}
@@ -372,6 +385,14 @@ func (r *Runtime) ensureLoaded(ctx context.Context, e *entry, cfg config.Model, 
 			e.mu.Unlock()
 		}
 	}()
+	if r.guard.On() && probe == nil { // a probe's assets are loaded (and were checked) already
+		r.loadMu.Lock()
+		defer r.loadMu.Unlock()
+		evicted.Wait() // count the memory the evictions free
+		if err := r.guard.Check(cfg); err != nil {
+			return err
+		}
+	}
 	p, err := r.buildPool(ctx, cfg, probe)
 	if err != nil {
 		var ce *capacityError
@@ -483,11 +504,13 @@ func closePool(p *pool) {
 // other resident (and loading) models and retires least recently used idle
 // ones by try-acquire only. A busy, loading or queued model is skipped, a
 // retiring one does not count; if nothing can be evicted the load gets 503.
-// Evicted models tear down in the background, residency already cleared.
-func (r *Runtime) reserveResidency(e *entry) error {
+// Evicted models tear down in the background, residency already cleared;
+// evicted.Wait() waits for those teardowns.
+func (r *Runtime) reserveResidency(e *entry) (evicted *sync.WaitGroup, err error) {
+	evicted = &sync.WaitGroup{}
 	limit := r.cfg.MaxLoadedModels
 	if limit <= 0 {
-		return nil
+		return evicted, nil
 	}
 	all := r.snapshot()
 	r.resMu.Lock()
@@ -547,16 +570,18 @@ func (r *Runtime) reserveResidency(e *entry) error {
 	for _, v := range victims {
 		r.log.Info("evicting model for max_loaded_models", "model", v.id, "for", e.id)
 		r.background.Add(1)
+		evicted.Add(1)
 		go func() {
 			defer r.background.Done()
+			defer evicted.Done()
 			r.teardown(v)
 			v.sched.releaseExclusive()
 		}()
 	}
 	if count >= limit {
-		return apierror.Busyf("cannot load model %q: max_loaded_models=%d models are loaded and none is idle; retry later or unload a model", e.id, limit)
+		return evicted, apierror.Busyf("cannot load model %q: max_loaded_models=%d models are loaded and none is idle; retry later or unload a model", e.id, limit)
 	}
-	return nil
+	return evicted, nil
 }
 
 // Register adds or replaces a model and makes sure it is loaded.
@@ -605,8 +630,7 @@ func (r *Runtime) Register(ctx context.Context, m config.Model) (bool, error) {
 		capacity := oldCapacity
 		if !sameInputs(old, m) || oldCapacity == 0 {
 			// Probe privately with the new inputs before tearing down.
-			f, _ := r.family(m.Family)
-			a, err := f.Load(ctx, r.env, m.Spec())
+			a, err := r.loadProbe(ctx, m)
 			if err != nil {
 				return false, apierror.From(fmt.Errorf("model %q: the replacement failed to load; the current model is kept: %w", m.ID, err))
 			}
@@ -639,6 +663,22 @@ func (r *Runtime) Register(ctx context.Context, m config.Model) (bool, error) {
 		return true, err
 	}
 	return true, nil
+}
+
+// loadProbe loads m's assets privately for a capacity probe, next to the
+// current pool; the memory guard checks it first, and a refusal keeps the
+// current model.
+func (r *Runtime) loadProbe(ctx context.Context, m config.Model) (session.Assets, error) {
+	if r.guard.On() {
+		r.loadMu.Lock()
+		defer r.loadMu.Unlock()
+		if err := r.guard.Check(m); err != nil {
+			ae := apierror.From(err)
+			return nil, &apierror.Error{Status: ae.Status, Type: ae.Type, Message: ae.Message + "; the current model is kept", Err: err}
+		}
+	}
+	f, _ := r.family(m.Family)
+	return f.Load(ctx, r.env, m.Spec())
 }
 
 // sameInputs reports whether a and b load the same assets.
