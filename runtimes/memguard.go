@@ -257,7 +257,14 @@ func (g *MemoryGuard) refuse(m config.Model, fp Footprint, free uint64, where st
 		m.ID, formatMiB(fp.Estimate), formatMiB(fp.Weights), fp.Files, g.headroomMB, formatMiB(free), where)
 }
 
+// formatMiB writes n bytes in MiB, or KiB and bytes when smaller.
 func formatMiB(n uint64) string {
+	switch {
+	case n < 1<<10:
+		return strconv.FormatUint(n, 10) + " B"
+	case n < mib:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	}
 	return strconv.FormatFloat(float64(n)/mib, 'f', 1, 64) + " MiB"
 }
 
