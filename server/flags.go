@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/audioproof/audioproof/server/config"
 )
 
 // options are the command-line flags, exactly as the wire contract spells
@@ -18,6 +20,7 @@ type options struct {
 	busyTimeout  *int64
 	maxLoaded    *int
 	idleUnload   *int64
+	minFreeMem   *int64
 	corsOrigins  *string
 	ui           *bool
 	uiManagement bool
@@ -46,6 +49,8 @@ flags:
   --busy-timeout-ms <ms>     wait for a busy model at most this long (default 300000, 0 = no limit)
   --max-loaded-models <n>    keep at most n models loaded, evicting idle ones (0 = no limit)
   --idle-unload-ms <ms>      unload models idle this long (0 = never)
+  --min-free-memory-mb <mb>  refuse a load whose estimate (1.5 x weights + 128 MiB) plus this
+                             headroom exceeds the free memory (0 = guard off)
   --cors-origins "*"|""      allow any browser origin, or none (default "")
   --ui, --no-ui              accepted for compatibility; audioproof has no WebUI
   --ui-management            enable /v1/models/load and /v1/models/unload
@@ -135,6 +140,14 @@ func parseFlags(args []string) (*options, error) {
 			var n int64
 			if n, err = integer(0); err == nil {
 				o.idleUnload = &n
+			}
+		case "--min-free-memory-mb":
+			var n int64
+			if n, err = integer(0); err == nil {
+				if n > config.MaxMinFreeMemoryMb {
+					err = fmt.Errorf("--min-free-memory-mb must be 0..%d, got %d", config.MaxMinFreeMemoryMb, n)
+				}
+				o.minFreeMem = &n
 			}
 		case "--ui":
 			t := true

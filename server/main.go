@@ -219,6 +219,9 @@ func loadConfig(o *options) (*config.Config, error) {
 	if o.idleUnload != nil {
 		cfg.IdleUnloadMs = *o.idleUnload
 	}
+	if o.minFreeMem != nil {
+		cfg.MinFreeMemoryMb = *o.minFreeMem
+	}
 	if o.corsOrigins != nil {
 		cfg.CORSOrigins = *o.corsOrigins
 	}
