@@ -131,6 +131,15 @@ type backendImpl struct {
 	h         cBackend
 	closed    bool
 	setThread func(b cBackend, n int32)
+
+	// Vulkan only, guarded by lib.liveMu: the buffers this instance has
+	// computed with, and whether one of them was freed since. ggml-vulkan
+	// keeps descriptor sets that point at every buffer a graph used;
+	// updating them after such a buffer is freed corrupted the heap under
+	// lavapipe (seen with ggml 0.25.1, Mesa 22.3). An instance that used a
+	// freed buffer is replaced by a fresh one before its next Compute.
+	used    map[cBuffer]struct{}
+	recycle bool
 }
 
 // NewBackend initialises device number device of the backend kind (cpu,
@@ -175,6 +184,7 @@ func (l *Library) NewBackend(kind string, device, threads int) (*Backend, error)
 	}
 	impl.h = h
 	l.counts.backends.Add(1)
+	l.trackInstance(impl)
 	return &Backend{impl: impl}, nil
 }
 
@@ -228,6 +238,7 @@ func (b *Backend) Fork() (*Backend, error) {
 	}
 	n.h = h
 	impl.lib.counts.backends.Add(1)
+	impl.lib.trackInstance(n)
 	return &Backend{impl: n}, nil
 }
 
@@ -244,6 +255,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	impl.closed = true
+	impl.lib.untrackInstance(impl)
 	impl.lib.fn.backendFree(impl.h)
 	impl.lib.counts.backends.Add(-1)
 	impl.h = 0
@@ -305,5 +317,67 @@ func (b *Backend) Synchronize() error {
 		return fmt.Errorf("%w: backend %s", ErrClosed, impl.dev.Name)
 	}
 	impl.lib.fn.backendSynchronize(impl.h)
+	return nil
+}
+
+// tracksBuffers reports whether the instance needs replacing after a buffer
+// it used is freed (see backendImpl.used).
+func (b *backendImpl) tracksBuffers() bool { return b.dev.Backend == "vulkan" }
+
+func (l *Library) trackInstance(b *backendImpl) {
+	if !b.tracksBuffers() {
+		return
+	}
+	l.liveMu.Lock()
+	b.used = map[cBuffer]struct{}{}
+	l.instances[b] = struct{}{}
+	l.liveMu.Unlock()
+}
+
+func (l *Library) untrackInstance(b *backendImpl) {
+	l.liveMu.Lock()
+	delete(l.instances, b)
+	l.liveMu.Unlock()
+}
+
+// noteUsed records the buffers a graph computed on b uses.
+func (l *Library) noteUsed(b *backendImpl, bufs map[cBuffer]struct{}) {
+	if !b.tracksBuffers() {
+		return
+	}
+	l.liveMu.Lock()
+	for buf := range bufs {
+		b.used[buf] = struct{}{}
+	}
+	l.liveMu.Unlock()
+}
+
+// refreshLocked replaces the instance's ggml backend with a fresh one if a
+// buffer it used was freed. The caller holds b.mu.
+func (b *backendImpl) refreshLocked() error {
+	if !b.tracksBuffers() {
+		return nil
+	}
+	b.lib.liveMu.Lock()
+	need := b.recycle
+	b.recycle = false
+	if need {
+		clear(b.used)
+		b.lib.recycles++
+	}
+	b.lib.liveMu.Unlock()
+	if !need {
+		return nil
+	}
+	b.lib.fn.backendFree(b.h)
+	h, err := b.initStream()
+	if err != nil {
+		b.h = 0
+		b.closed = true
+		b.lib.untrackInstance(b)
+		b.lib.counts.backends.Add(-1)
+		return fmt.Errorf("ggml: replacing the %s stream after a buffer was freed: %w", b.dev.Name, err)
+	}
+	b.h = h
 	return nil
 }

@@ -1068,3 +1068,76 @@ func TestAllocRefusesClosedBuffers(t *testing.T) {
 		t.Fatal("Compute of a graph using a closed state buffer succeeded")
 	}
 }
+
+// TestVulkanBufferChurn computes graphs of changing shapes on one Vulkan
+// stream, freeing each graph's buffer before the next. ggml-vulkan reuses
+// descriptor sets that still point at freed buffers; under lavapipe that
+// corrupted the heap within a few hundred graphs until Compute learned to
+// replace a stream whose buffers were freed.
+func TestVulkanBufferChurn(t *testing.T) {
+	lib := openTestLib(t)
+	bes := backends(t, lib)
+	if len(bes) < 2 {
+		t.Skip("needs the Vulkan backend (lavapipe): install libvulkan1 mesa-vulkan-drivers and run `make deps`")
+	}
+	vk := bes[1]
+	r := rand.New(rand.NewPCG(1, 2))
+	d := func() int64 { return 1 + r.Int64N(4) }
+	lib.liveMu.Lock()
+	before := lib.recycles
+	lib.liveMu.Unlock()
+	for i := range 300 {
+		ctx, err := lib.NewContext(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, m, n := d()*d(), d(), d()*d()
+		w := ctx.NewTensor2D(TypeF32, k, m)
+		x := ctx.NewTensor2D(TypeF32, k, n)
+		y := ctx.MulMat(w, ctx.Relu(x))
+		g, err := ctx.NewGraph(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Expand(y); err != nil {
+			t.Fatal(err)
+		}
+		buf, err := ctx.Alloc(vk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wv, xv := randF32(r, int(k*m)), randF32(r, int(k*n))
+		if err := w.SetF32(wv); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.SetF32(xv); err != nil {
+			t.Fatal(err)
+		}
+		if err := vk.Compute(g); err != nil {
+			t.Fatalf("graph %d: %v", i, err)
+		}
+		got, err := y.F32()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range n {
+			for o := range m {
+				s := 0.0
+				for q := range k {
+					s += float64(wv[o*k+q]) * float64(max(xv[j*k+q], 0))
+				}
+				if diff := math.Abs(s - float64(got[j*m+o])); diff > 1e-3 {
+					t.Fatalf("graph %d: y[%d,%d] = %g, want %g", i, o, j, got[j*m+o], s)
+				}
+			}
+		}
+		buf.Close()
+		ctx.Close()
+	}
+	lib.liveMu.Lock()
+	after := lib.recycles
+	lib.liveMu.Unlock()
+	if after-before < 290 {
+		t.Fatalf("the stream was replaced %d times for 300 freed buffers", after-before)
+	}
+}

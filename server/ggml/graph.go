@@ -22,7 +22,7 @@ type Graph struct {
 	allocGen uint64
 	allocN   int
 	allocOK  bool
-	allocDev cDevice
+	allocFor *backendImpl
 }
 
 // NewGraph creates a graph of up to size nodes (0 = DefaultGraphSize). The
@@ -358,13 +358,18 @@ func (b *Backend) Compute(g *Graph) error {
 	if impl.closed {
 		return fmt.Errorf("%w: backend %s", ErrClosed, impl.dev.Name)
 	}
-	if gen := lib.generation(); !g.allocOK || g.allocGen != gen || g.allocN != n || g.allocDev != impl.dev.h {
+	if err := impl.refreshLocked(); err != nil {
+		return err
+	}
+	if gen := lib.generation(); !g.allocOK || g.allocGen != gen || g.allocN != n || g.allocFor != impl {
 		g.allocOK = false
 		usable := map[cBufType]bool{}
+		bufs := map[cBuffer]struct{}{}
 		check := func(t cTensor) error {
 			if err := lib.allocated(t); err != nil {
 				return err
 			}
+			bufs[tensorBuffer(t)] = struct{}{}
 			buft := lib.fn.backendBufferGetType(tensorBuffer(t))
 			ok, seen := usable[buft]
 			if !seen {
@@ -389,13 +394,14 @@ func (b *Backend) Compute(g *Graph) error {
 				}
 			}
 		}
-		g.allocOK, g.allocGen, g.allocN, g.allocDev = true, gen, n, impl.dev.h
+		lib.noteUsed(impl, bufs)
+		g.allocOK, g.allocGen, g.allocN, g.allocFor = true, gen, n, impl
 	}
 	if impl.dev.Type != "cpu" && (g.checkedDev != impl.dev.h || g.checkedN != n) {
 		for i := range n {
 			node := lib.fn.graphNode(g.h, int32(i))
 			if !lib.fn.backendDevSupportsOp(impl.dev.h, node) {
-				return fmt.Errorf("ggml: compute: %s does not support op %s (node %q); use another backend or file an issue", b, lib.fn.opDesc(node), goString(lib.fn.getName(node)))
+				return fmt.Errorf("%w: compute: %s does not support op %s (node %q); use another backend or file an issue", ErrUnsupported, b, lib.fn.opDesc(node), goString(lib.fn.getName(node)))
 			}
 		}
 		g.checkedDev, g.checkedN = impl.dev.h, n

@@ -31,6 +31,8 @@ var (
 	ErrVersion = errors.New("ggml: version mismatch")
 	// ErrClosed: a Context, Buffer, Allocator, Graph or Backend was used after Close.
 	ErrClosed = errors.New("ggml: use after Close")
+	// ErrUnsupported: the backend's device cannot run an op of the graph.
+	ErrUnsupported = errors.New("ggml: op not supported by the device")
 	// ErrNoBackend: the requested backend or device is not available.
 	ErrNoBackend = errors.New("ggml: backend not available")
 )
@@ -52,7 +54,11 @@ type Library struct {
 	// freed, so tensor access through a freed buffer is an error, not a crash.
 	liveMu sync.Mutex
 	live   map[cBuffer]struct{}
-	counts struct{ contexts, buffers, allocators, backends atomic.Int64 }
+	// instances: the open Vulkan backend instances (see backendImpl.used);
+	// recycles counts how often one was replaced.
+	instances map[*backendImpl]struct{}
+	recycles  int
+	counts    struct{ contexts, buffers, allocators, backends atomic.Int64 }
 
 	// liveGen counts buffer frees (guarded by liveMu): a graph checked at
 	// one generation stays valid until some buffer is freed.
@@ -118,7 +124,7 @@ func open(dir string) (lib *Library, loaded bool, err error) {
 	if err != nil {
 		return nil, true, fmt.Errorf("ggml: cannot load %s: %w; run `make deps` to fetch a working build", loaderPath, err)
 	}
-	l := &Library{dir: dir, base: base, loader: loader, live: map[cBuffer]struct{}{}}
+	l := &Library{dir: dir, base: base, loader: loader, live: map[cBuffer]struct{}{}, instances: map[*backendImpl]struct{}{}}
 	// The version first, so that another ggml build fails with both versions
 	// named rather than with whichever symbol it happens to lack.
 	for _, s := range []struct {
@@ -219,6 +225,11 @@ func (l *Library) dropLive(b cBuffer) {
 	l.liveMu.Lock()
 	delete(l.live, b)
 	l.liveGen++
+	for inst := range l.instances {
+		if _, ok := inst.used[b]; ok {
+			inst.recycle = true
+		}
+	}
 	l.liveMu.Unlock()
 }
 

@@ -74,9 +74,54 @@ func canRepeat(b, a [4]int64) bool {
 	return true
 }
 
+// isFloat reports whether the CPU kernels take t's type for arithmetic.
+func isFloat(t *Tensor) bool {
+	switch t.Type() {
+	case TypeF32, TypeF16, TypeBF16:
+		return true
+	}
+	return false
+}
+
+// rowsOK checks the CPU kernels' common requirement: a float tensor whose
+// elements along ne0 are adjacent (any view made by Transpose or Permute that
+// moves dimension 0 needs Cont first).
+func (c *Context) rowsOK(op string, ts ...*Tensor) bool {
+	for _, t := range ts {
+		if !isFloat(t) {
+			c.fail(op, "%s has type %s; this op takes f32, f16 or bf16", t, t.Type())
+			return false
+		}
+		// The kernels assert nb0 == the element size, even when ne0 == 1.
+		if t.Strides()[0] != uint64(t.elemSize()) {
+			c.fail(op, "%s has strided rows (nb0=%d); Cont it first", t, t.Strides()[0])
+			return false
+		}
+	}
+	return true
+}
+
+// wantF32 checks that every tensor is f32.
+func (c *Context) wantF32(op string, ts ...*Tensor) bool {
+	for _, t := range ts {
+		if t.Type() != TypeF32 {
+			c.fail(op, "%s has type %s; this op takes f32", t, t.Type())
+			return false
+		}
+	}
+	return true
+}
+
 func (c *Context) binaryBroadcast(op string, fn binaryFn, a, b *Tensor) *Tensor {
 	if !c.begin(op, 1, a, b) {
 		return &Tensor{ctx: c}
+	}
+	if !c.rowsOK(op, a) {
+		return &Tensor{ctx: c}
+	}
+	// The CPU kernels take b of a's type, or f32.
+	if b.Type() != a.Type() && b.Type() != TypeF32 {
+		return c.fail(op, "%s (%s) and %s (%s): b must be f32 or a's type", a, a.Type(), b, b.Type())
 	}
 	if !canRepeat(b.Shape(), a.Shape()) {
 		return c.fail(op, "%s cannot broadcast to %s", shapeStr(b.Shape()), shapeStr(a.Shape()))
@@ -104,6 +149,9 @@ func (c *Context) Repeat(a, b *Tensor) *Tensor {
 	if !canRepeat(a.Shape(), b.Shape()) {
 		return c.fail("repeat", "%s cannot repeat to %s", shapeStr(a.Shape()), shapeStr(b.Shape()))
 	}
+	if !c.rowsOK("repeat", a) {
+		return &Tensor{ctx: c}
+	}
 	return c.wrap("repeat", c.lib.fn.repeat(c.h, a.h, b.h))
 }
 
@@ -117,14 +165,28 @@ func (c *Context) MulMat(a, b *Tensor) *Tensor {
 	if an[0] != bn[0] || an[2] == 0 || an[3] == 0 || bn[2]%an[2] != 0 || bn[3]%an[3] != 0 {
 		return c.fail("mul_mat", "shapes %s and %s do not multiply (need equal ne0 and b's ne2, ne3 multiples of a's)", shapeStr(an), shapeStr(bn))
 	}
+	switch a.Type() {
+	case TypeF32, TypeF16, TypeBF16, TypeQ8_0:
+	default:
+		return c.fail("mul_mat", "a %s has type %s; mul_mat takes f32, f16, bf16 or q8_0 weights", a, a.Type())
+	}
 	if c.lib.fn.isTransposed(a.h) {
 		return c.fail("mul_mat", "a %s is transposed; make it contiguous with Cont first", a)
+	}
+	if a.Strides()[0] != uint64(a.elemSize()) {
+		return c.fail("mul_mat", "a %s has strided rows; Cont it first", a)
+	}
+	if !c.rowsOK("mul_mat", b) || !c.wantF32("mul_mat", b) {
+		return &Tensor{ctx: c}
 	}
 	return c.wrap("mul_mat", c.lib.fn.mulMat(c.h, a.h, b.h))
 }
 
 func (c *Context) unary(op string, fn unaryFn, a *Tensor) *Tensor {
 	if !c.begin(op, 1, a) {
+		return &Tensor{ctx: c}
+	}
+	if !c.rowsOK(op, a) {
 		return &Tensor{ctx: c}
 	}
 	return c.wrap(op, fn(c.h, a.h))
@@ -157,28 +219,56 @@ func (c *Context) Log(a *Tensor) *Tensor { return c.unary("log", c.lib.fn.log, a
 // Neg is -a.
 func (c *Context) Neg(a *Tensor) *Tensor { return c.unary("neg", c.lib.fn.neg, a) }
 
-// SumRows sums along ne0: [n, ...] -> [1, ...].
-func (c *Context) SumRows(a *Tensor) *Tensor { return c.unary("sum_rows", c.lib.fn.sumRows, a) }
+// SumRows sums f32 a along ne0: [n, ...] -> [1, ...].
+func (c *Context) SumRows(a *Tensor) *Tensor {
+	if !c.begin("sum_rows", 1, a) || !c.rowsOK("sum_rows", a) || !c.wantF32("sum_rows", a) {
+		return &Tensor{ctx: c}
+	}
+	return c.wrap("sum_rows", c.lib.fn.sumRows(c.h, a.h))
+}
 
 // Cont copies a (a view, permutation or transpose) into a contiguous tensor.
-func (c *Context) Cont(a *Tensor) *Tensor { return c.unary("cont", c.lib.fn.cont, a) }
+func (c *Context) Cont(a *Tensor) *Tensor {
+	if !c.begin("cont", 1, a) {
+		return &Tensor{ctx: c}
+	}
+	return c.wrap("cont", c.lib.fn.cont(c.h, a.h))
+}
 
 // Transpose swaps ne0 and ne1 (a view; Cont it before MulMat's first argument).
 func (c *Context) Transpose(a *Tensor) *Tensor {
-	return c.unary("transpose", c.lib.fn.transpose, a)
+	if !c.begin("transpose", 1, a) {
+		return &Tensor{ctx: c}
+	}
+	return c.wrap("transpose", c.lib.fn.transpose(c.h, a.h))
 }
 
-// Scale is a * s.
+// Scale is a * s (a contiguous f32 tensor).
 func (c *Context) Scale(a *Tensor, s float32) *Tensor {
-	if !c.begin("scale", 1, a) {
+	if !c.begin("scale", 1, a) || !c.wholeF32("scale", a) {
 		return &Tensor{ctx: c}
 	}
 	return c.wrap("scale", c.lib.fn.scale(c.h, a.h, s))
 }
 
-// ScaleBias is a * s + b.
+// wholeF32 checks for a contiguous f32 tensor.
+func (c *Context) wholeF32(op string, a *Tensor) bool {
+	if !c.wantF32(op, a) {
+		return false
+	}
+	// ggml_is_padded_1d, which ggml asserts: stricter than contiguity for
+	// views with size-1 dimensions.
+	ne, nb := a.Shape(), a.Strides()
+	if !a.Contiguous() || nb[0] != 4 || nb[2] != nb[1]*uint64(ne[1]) || nb[3] != nb[2]*uint64(ne[2]) {
+		c.fail(op, "%s is not contiguous; Cont it first", a)
+		return false
+	}
+	return true
+}
+
+// ScaleBias is a * s + b (a contiguous f32 tensor).
 func (c *Context) ScaleBias(a *Tensor, s, b float32) *Tensor {
-	if !c.begin("scale_bias", 1, a) {
+	if !c.begin("scale_bias", 1, a) || !c.wholeF32("scale_bias", a) {
 		return &Tensor{ctx: c}
 	}
 	return c.wrap("scale_bias", c.lib.fn.scaleBias(c.h, a.h, s, b))
@@ -192,6 +282,9 @@ func (c *Context) Clamp(a *Tensor, lo, hi float32) *Tensor {
 	if lo > hi {
 		return c.fail("clamp", "min %g is above max %g", lo, hi)
 	}
+	if !c.rowsOK("clamp", a) {
+		return &Tensor{ctx: c}
+	}
 	return c.wrap("clamp", c.lib.fn.clamp(c.h, a.h, lo, hi))
 }
 
@@ -203,6 +296,9 @@ func (c *Context) Cpy(a, b *Tensor) *Tensor {
 	}
 	if a.Elements() != b.Elements() {
 		return c.fail("cpy", "%s has %d elements, %s has %d", a, a.Elements(), b, b.Elements())
+	}
+	if !cpyConverts(a.Type(), b.Type()) {
+		return c.fail("cpy", "ggml cannot convert %s to %s", a.Type(), b.Type())
 	}
 	return c.wrap("cpy", c.lib.fn.cpy(c.h, a.h, b.h))
 }
@@ -228,7 +324,8 @@ func (c *Context) Concat(a, b *Tensor, dim int) *Tensor {
 }
 
 // GetRows gathers rows of a ([n, rows, d2, d3]) by the i32 indices in b
-// ([k, d2, d3]); the result is [n, k, d2, d3].
+// ([k, d2, d3]); the result is [n, k, d2, d3]. The indices must lie in
+// [0, rows) when the graph runs: ggml aborts the process on one outside.
 func (c *Context) GetRows(a, b *Tensor) *Tensor {
 	if !c.begin("get_rows", 1, a, b) {
 		return &Tensor{ctx: c}
@@ -402,6 +499,9 @@ func (c *Context) Conv1D(a, b *Tensor, s, p, d int) *Tensor {
 	if !a.Contiguous() {
 		return c.fail("conv_1d", "kernel %s is not contiguous; Cont it first", a)
 	}
+	if a.Type() != TypeF32 && a.Type() != TypeF16 {
+		return c.fail("conv_1d", "kernel %s has type %s; conv_1d takes f32 or f16 kernels", a, a.Type())
+	}
 	k, cout, n := an[0]*an[1], an[2], bn[2]
 	cols := c.Im2Col1D(a, b, s, p, d, TypeF32) // [K*Cin, Lout, N]
 	cols2 := c.Reshape2D(cols, k, lout*n)      // [K*Cin, Lout*N]
@@ -436,6 +536,9 @@ func (c *Context) Im2Col1D(a, b *Tensor, s, p, d int, dst Type) *Tensor {
 	if dst != TypeF32 && dst != TypeF16 {
 		return c.fail("im2col", "destination type %s is not f32 or f16", dst)
 	}
+	if !c.wantF32("im2col", b) || !c.rowsOK("im2col", b) {
+		return &Tensor{ctx: c}
+	}
 	return c.wrap("im2col", c.lib.fn.im2col(c.h, a.h, b.h, int32(s), 0, int32(p), 0, int32(d), 0, false, int32(dst)))
 }
 
@@ -454,6 +557,9 @@ func (c *Context) PadExt(a *Tensor, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3 int) 
 			return c.fail("pad", "negative padding %d", v)
 		}
 	}
+	if !c.wantF32("pad", a) {
+		return &Tensor{ctx: c}
+	}
 	return c.wrap("pad", c.lib.fn.padExt(c.h, a.h, int32(lp0), int32(rp0), int32(lp1), int32(rp1), int32(lp2), int32(rp2), int32(lp3), int32(rp3)))
 }
 
@@ -470,4 +576,35 @@ func (c *Context) PadReflect1D(a *Tensor, p0, p1 int) *Tensor {
 		return c.fail("pad_reflect_1d", "%s must be a contiguous f32 tensor", a)
 	}
 	return c.wrap("pad_reflect_1d", c.lib.fn.padReflect1D(c.h, a.h, int32(p0), int32(p1)))
+}
+
+// cpyConverts lists the conversions the CPU kernels implement (ggml_dup).
+func cpyConverts(from, to Type) bool {
+	isF := func(t Type) bool { return t == TypeF32 || t == TypeF16 || t == TypeBF16 }
+	switch {
+	case from == to:
+		return true
+	case isF(from) && isF(to):
+		return true
+	case from == TypeF32 && to == TypeI32, from == TypeI32 && to == TypeF32:
+		return true
+	case from == TypeQ8_0 && to == TypeF32:
+		return true
+	}
+	return false
+}
+
+// elemSize is the byte size of one element (0 for block-quantized types).
+func (t *Tensor) elemSize() int {
+	switch t.Type() {
+	case TypeF32, TypeI32:
+		return 4
+	case TypeF16, TypeBF16, TypeI16:
+		return 2
+	case TypeI8:
+		return 1
+	case TypeI64, TypeF64:
+		return 8
+	}
+	return 0
 }

@@ -1,8 +1,11 @@
 package ggml
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 )
 
@@ -214,3 +217,146 @@ func TestOpsAgainstGo(t *testing.T) {
 
 // ident is a*1; it makes "sqr" read its input through one more node.
 func ident(c *Context, a *Tensor) *Tensor { return c.Scale(a, 1) }
+
+// TestRandomOpsNeverAbort builds ops on random shapes, types and views. Each
+// either records a Context error or computes on the CPU; a shape rule the
+// binding missed would abort the test binary in a GGML_ASSERT.
+func TestRandomOpsNeverAbort(t *testing.T) {
+	lib := openTestLib(t)
+	kind := "cpu"
+	if v := os.Getenv("GGML_RANDOM_BACKEND"); v != "" {
+		kind = v // e.g. vulkan, for a manual run (cold lavapipe shaders are slow)
+	}
+	be, err := lib.NewBackend(kind, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	seed := uint64(3)
+	if v := os.Getenv("GGML_RANDOM_SEED"); v != "" {
+		fmt.Sscan(v, &seed)
+	}
+	r := rand.New(rand.NewPCG(seed, 4))
+	dim := func() int64 { return 1 + r.Int64N(4) }
+	types := []Type{TypeF32, TypeF32, TypeF32, TypeF16, TypeI32}
+	input := func(c *Context) *Tensor {
+		x := c.NewTensor4D(types[r.IntN(len(types))], dim(), dim(), dim(), 1+r.Int64N(2))
+		switch r.IntN(5) {
+		case 0:
+			return c.Transpose(x)
+		case 1:
+			return c.Permute(x, 1, 2, 0, 3)
+		case 2:
+			ne := x.Shape()
+			return c.View3D(x, ne[0], ne[1], 1, x.Strides()[1], x.Strides()[2], 0)
+		}
+		return x
+	}
+	ops := []func(c *Context, a, b *Tensor) *Tensor{
+		func(c *Context, a, b *Tensor) *Tensor { return c.Add(a, b) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Mul(a, b) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.MulMat(a, b) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Repeat(a, b) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Tanh(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Sqrt(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Scale(a, 2) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Clamp(a, -1, 1) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.SumRows(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Cont(a) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Concat(a, b, r.IntN(4)) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Cpy(a, b) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.PadExt(a, 1, 0, 0, 2, 0, 0, 0, 0) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Reshape1D(a, a.Elements()) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Conv1D(a, b, 1+r.IntN(2), r.IntN(2), 1) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Im2Col1D(a, b, 1, 1, 1, TypeF32) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Sub(a, b) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Div(a, b) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Sigmoid(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Relu(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Exp(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Log(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Abs(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Neg(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Sqr(a) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.ScaleBias(a, 2, 1) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Cont(c.Transpose(a)) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Cont(c.Permute(a, 3, 1, 0, 2)) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.PadReflect1D(a, 1, 1) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Pad(a, 1, 1, 1, 1) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.View1D(a, 2, 4) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Tanh(c.View2D(a, 2, 2, 8, 0)) },
+		func(c *Context, a, _ *Tensor) *Tensor { return c.Reshape2D(a, 2, a.Elements()/2) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.MulMat(c.Cont(a), c.Cont(b)) },
+		func(c *Context, a, b *Tensor) *Tensor { return c.Add(c.Cont(a), c.Sigmoid(b)) },
+	}
+	only := -1 // GGML_RANDOM_OP=n runs only op n, to isolate a failure
+	if v := os.Getenv("GGML_RANDOM_OP"); v != "" {
+		fmt.Sscan(v, &only)
+	}
+	keep := -1 // GGML_RANDOM_KEEP=i computes only trial i, to isolate a failure
+	if v := os.Getenv("GGML_RANDOM_KEEP"); v != "" {
+		fmt.Sscan(v, &keep)
+	}
+	computed, refused := 0, 0
+	for i := range 800 {
+		ctx, err := lib.NewContext(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := r.IntN(len(ops))
+		if only >= 0 {
+			op = only
+		}
+		ia, ib := input(ctx), input(ctx)
+		out := ops[op](ctx, ia, ib)
+		if ctx.Err() != nil {
+			refused++
+			ctx.Close()
+			continue
+		}
+		g, err := ctx.NewGraph(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Expand(out); err != nil {
+			t.Fatal(err)
+		}
+		buf, err := ctx.Alloc(be)
+		if err != nil {
+			t.Fatalf("trial %d op %d: %v", i, op, err)
+		}
+		if keep >= 0 && i != keep {
+			buf.Close()
+			ctx.Close()
+			continue
+		}
+		if g.Nodes() > 0 {
+			if os.Getenv("GGML_TRACE") != "" {
+				fmt.Fprintf(os.Stderr, "trial %d op %d: %s <- %v (inputs %s nb%v, %s nb%v)\n", i, op, out, srcDesc(out), ia, ia.Strides(), ib, ib.Strides())
+			}
+			if err := be.Compute(g); errors.Is(err, ErrUnsupported) {
+				refused++
+			} else if err != nil {
+				t.Fatalf("trial %d op %d (%s): %v", i, op, out, err)
+			} else {
+				computed++
+			}
+		}
+		buf.Close()
+		ctx.Close()
+	}
+	t.Logf("%d graphs computed, %d refused with an error", computed, refused)
+	if computed < 50 || refused < 50 {
+		t.Fatalf("the random cases exercise too little: %d computed, %d refused", computed, refused)
+	}
+}
+
+func srcDesc(t *Tensor) []string {
+	var out []string
+	for i := range maxSrc {
+		if s := tensorSrc(t.h, i); s != 0 {
+			out = append(out, fmt.Sprintf("%s %v nb%v", tensorType(s), tensorNE(s), tensorNB(s)))
+		}
+	}
+	return out
+}
