@@ -406,8 +406,21 @@ func (c *Context) viewCheck(op string, a *Tensor, ne [4]int64, nb [4]uint64, off
 		base = vs
 		baseOff = uint64(*(*uintptr)(cptr(a.h + offViewSrc + 8)))
 	}
-	if size := uint64(c.lib.fn.nbytes(base)); baseOff+last > size {
+	size := uint64(c.lib.fn.nbytes(base))
+	if baseOff+last > size {
 		c.fail(op, "view %s at byte offset %d reaches byte %d of %s, which has %d bytes", shapeStr(ne), offset, baseOff+last, a, size)
+		return false
+	}
+	// ggml also asserts that the view, sized as if it were contiguous,
+	// fits: overlapping strided views (frames with a hop) can fail this.
+	var row uint64
+	if a.Type() == TypeQ8_0 {
+		row = uint64(ne[0]/32) * 34
+	} else {
+		row = uint64(ne[0]) * uint64(a.elemSize())
+	}
+	if dense := row * uint64(ne[1]*ne[2]*ne[3]); baseOff+offset+dense > size {
+		c.fail(op, "view %s at byte offset %d: ggml sizes it as %d contiguous bytes, past the %d bytes of %s; use smaller views (e.g. one 2-D view per frame)", shapeStr(ne), offset, dense, size, a)
 		return false
 	}
 	return true

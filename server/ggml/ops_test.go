@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -359,4 +360,31 @@ func srcDesc(t *Tensor) []string {
 		}
 	}
 	return out
+}
+
+// TestOverlappingViewRefused: frames of 4 every 2 elements of an 8-element
+// signal fit by strides but not by ggml's contiguous sizing; ggml would abort.
+func TestOverlappingViewRefused(t *testing.T) {
+	lib := openTestLib(t)
+	ctx, err := lib.NewContext(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	x := ctx.NewTensor1D(TypeF32, 8)
+	// 3 frames of 4 with hop 2: strides reach element 7, dense size is 12.
+	v := ctx.View2D(x, 4, 3, 2*4, 0)
+	if v.Valid() || ctx.Err() == nil || !strings.Contains(ctx.Err().Error(), "contiguous bytes") {
+		t.Fatalf("overlapping view: valid=%v err=%v", v.Valid(), ctx.Err())
+	}
+	ok, err := lib.NewContext(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	y := ok.NewTensor1D(TypeF32, 16)
+	// The same frames inside a 16-element signal: allowed.
+	if w := ok.View2D(y, 4, 3, 2*4, 0); !w.Valid() || ok.Err() != nil {
+		t.Fatalf("in-bounds overlapping view refused: %v", ok.Err())
+	}
 }
