@@ -124,10 +124,12 @@ func New(opts runtimes.Options) (*Runtime, error) {
 		family:       lookup,
 		maxLoaded:    cfg.MaxLoadedModels,
 		idleLimit:    time.Duration(cfg.IdleUnloadMs) * time.Millisecond,
-		guard:        runtimes.NewMemoryGuard(runtimes.Options{Config: cfg, Env: env, Logger: log, FreeMemory: opts.FreeMemory, FreeDeviceMemory: opts.FreeDeviceMemory}),
 		models:       map[string]*entry{},
 		lastActivity: time.Now(),
 	}
+	guardOpts := opts
+	guardOpts.Env, guardOpts.Logger = env, log
+	r.guard = runtimes.NewMemoryGuard(guardOpts)
 	for _, m := range cfg.Models {
 		if m.Slots.Set {
 			return nil, fmt.Errorf("model %s: %s", m.ID, slotsMessage)

@@ -31,8 +31,9 @@
 // reconfiguration's private capacity probe is checked before it loads
 // (refusal: the current model is kept).
 //
-// Gaps (contract rules this package does not test): signal handling (server/main.go), frontend listeners and live-ingest routes
-// (out of scope), and multi-slot runs on a GPU backend.
+// Gaps (contract rules this package does not test): signal handling
+// (server/main.go), frontend listeners and live-ingest routes (out of
+// scope), and multi-slot runs on a GPU backend.
 package parallel
 
 import (
