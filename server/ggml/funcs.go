@@ -199,6 +199,8 @@ type api struct {
 	div binaryFn
 	// struct ggml_tensor * ggml_mul_mat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 	mulMat binaryFn
+	// void ggml_mul_mat_set_prec(struct ggml_tensor * a, enum ggml_prec prec);
+	mulMatSetPrec func(t cTensor, prec int32)
 	// struct ggml_tensor * ggml_repeat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 	repeat binaryFn
 	// struct ggml_tensor * ggml_get_rows(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
@@ -341,6 +343,7 @@ func (a *api) bind(handles ...uintptr) error {
 		{&a.div, "ggml_div"},
 		{&a.mulMat, "ggml_mul_mat"},
 		{&a.repeat, "ggml_repeat"},
+		{&a.mulMatSetPrec, "ggml_mul_mat_set_prec"},
 		{&a.getRows, "ggml_get_rows"},
 		{&a.concat, "ggml_concat"},
 		{&a.relu, "ggml_relu"},

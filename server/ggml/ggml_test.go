@@ -765,11 +765,12 @@ func TestSetenvReachesC(t *testing.T) {
 
 func TestPrepareVulkanEnvRespectsUser(t *testing.T) {
 	t.Setenv(EnvVkVisibleDevices, "1")
+	t.Setenv(EnvVkDisableF16, "0")
 	changed, err := PrepareVulkanEnv(nil)
 	if err != nil || changed {
 		t.Fatalf("with %s set by the user: changed=%v err=%v", EnvVkVisibleDevices, changed, err)
 	}
-	if os.Getenv(EnvVkVisibleDevices) != "1" {
+	if os.Getenv(EnvVkVisibleDevices) != "1" || os.Getenv(EnvVkDisableF16) != "0" {
 		t.Fatal("user setting overwritten")
 	}
 }

@@ -621,3 +621,19 @@ func (t *Tensor) elemSize() int {
 	}
 	return 0
 }
+
+// SetPrecF32 asks the backend to compute the MulMat result t entirely in f32
+// (ggml_mul_mat_set_prec with GGML_PREC_F32); some backends otherwise use f16
+// internally. t must be the result of MulMat.
+func (t *Tensor) SetPrecF32() *Tensor {
+	if !t.Valid() {
+		return t
+	}
+	if d := t.ctx.lib.fn.opDesc(t.h); d != "MUL_MAT" {
+		t.ctx.fail("mul_mat_set_prec", "%s is a %s node, not MUL_MAT", t, d)
+		return t
+	}
+	const precF32 = 10 // GGML_PREC_F32
+	t.ctx.lib.fn.mulMatSetPrec(t.h, precF32)
+	return t
+}

@@ -388,3 +388,85 @@ func TestOverlappingViewRefused(t *testing.T) {
 		t.Fatalf("in-bounds overlapping view refused: %v", ok.Err())
 	}
 }
+
+// TestMulMatPrecision measures a [256 x 258] · [256 x 512] product (the VAD's
+// STFT) against float64 on each backend, with and without SetPrecF32.
+func TestMulMatPrecision(t *testing.T) {
+	lib := openTestLib(t)
+	const K, M, N = 256, 258, 512
+	r := rand.New(rand.NewPCG(5, 6))
+	av, bv := randF32(r, K*M), randF32(r, K*N)
+	ref := make([]float64, M*N)
+	for n := range N {
+		for m := range M {
+			s := 0.0
+			for k := range K {
+				s += float64(av[m*K+k]) * float64(bv[n*K+k])
+			}
+			ref[n*M+m] = s
+		}
+	}
+	for _, be := range backends(t, lib) {
+		for _, prec := range []bool{false, true} {
+			ctx, err := lib.NewContext(4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := ctx.NewTensor2D(TypeF32, K, M)
+			b := ctx.NewTensor2D(TypeF32, K, N)
+			y := ctx.MulMat(a, b)
+			if prec {
+				y.SetPrecF32()
+			}
+			g, err := ctx.NewGraph(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Expand(y); err != nil {
+				t.Fatal(err)
+			}
+			buf, err := ctx.Alloc(be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.SetF32(av); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.SetF32(bv); err != nil {
+				t.Fatal(err)
+			}
+			if err := be.Compute(g); err != nil {
+				t.Fatal(err)
+			}
+			got, err := y.F32()
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for i := range got {
+				worst = math.Max(worst, math.Abs(float64(got[i])-ref[i]))
+			}
+			t.Logf("%s prec_f32=%v: max error %.3g", be.Kind(), prec, worst)
+			if be.Kind() == "cpu" && worst > 1e-4 {
+				t.Errorf("cpu product off by %g", worst)
+			}
+			// PrepareVulkanEnv set GGML_VK_DISABLE_F16=1 (unless the
+			// user chose otherwise): then Vulkan stays in f32 too.
+			if be.Kind() == "vulkan" && os.Getenv(EnvVkDisableF16) == "1" && worst > 1e-4 {
+				t.Errorf("vulkan with %s=1 off by %g", EnvVkDisableF16, worst)
+			}
+			buf.Close()
+			ctx.Close()
+		}
+	}
+	// SetPrecF32 on anything but a MulMat result is an error.
+	ctx, err := lib.NewContext(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	ctx.Relu(ctx.NewTensor1D(TypeF32, 2)).SetPrecF32()
+	if ctx.Err() == nil {
+		t.Fatal("SetPrecF32 on a RELU node accepted")
+	}
+}
