@@ -82,12 +82,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeLog()
 
-	if cfg.Backend == "vulkan" && os.Getenv("GGML_VK_DISABLE_F16") == "" {
-		// ggml-vulkan runs f32 matrix products through f16 on devices with
-		// fp16; that costs the VAD its 1e-3 agreement with the reference.
-		os.Setenv("GGML_VK_DISABLE_F16", "1")
-		logger.Info("set GGML_VK_DISABLE_F16=1 so f32 matrix products stay f32 on Vulkan (set it yourself to override)")
-	}
 	if cfg.Backend == "vulkan" || o.listDevices {
 		logf := func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }
 		if _, err := ggml.PrepareVulkanEnv(logf); err != nil {
