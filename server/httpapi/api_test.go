@@ -65,13 +65,22 @@ func fixtureConfig(t *testing.T, v variant, extra string) string {
 // a loopback listener. Everything is closed when the test ends.
 func startServer(t *testing.T, v variant, cfgJSON string) (*httpexpect.Expect, string) {
 	t.Helper()
+	return startServerIn(t, v, cfgJSON, t.TempDir(), nil)
+}
+
+// startServerIn is startServer with relative config paths resolved in dir and
+// a chance to adjust the runtime options (tweak may be nil).
+func startServerIn(t *testing.T, v variant, cfgJSON, dir string, tweak func(*runtimes.Options)) (*httpexpect.Expect, string) {
+	t.Helper()
 	fixture.Reset()
-	dir := t.TempDir()
 	cfg, err := config.Parse([]byte(cfgJSON), dir)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	opts := runtimes.Options{Config: cfg}
+	if tweak != nil {
+		tweak(&opts)
+	}
 	var rt runtimes.Runtime
 	if v.parallel {
 		rt, err = parallel.New(opts)

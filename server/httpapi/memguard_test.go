@@ -1,63 +1,32 @@
 package httpapi_test
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/gavv/httpexpect/v2"
 
 	"github.com/audioproof/audioproof/runtimes"
-	"github.com/audioproof/audioproof/runtimes/legacy"
-	"github.com/audioproof/audioproof/runtimes/parallel"
-	"github.com/audioproof/audioproof/server/config"
 	"github.com/audioproof/audioproof/server/families/fixture"
-	"github.com/audioproof/audioproof/server/httpapi"
 )
 
 // startGuarded serves cfgJSON (relative paths under a fresh folder in which
 // files of the given sizes exist) with the memory guard reading *free.
 func startGuarded(t *testing.T, v variant, cfgJSON string, files map[string]int64, free *atomic.Uint64) *httpexpect.Expect {
 	t.Helper()
-	fixture.Reset()
 	dir := t.TempDir()
 	for name, size := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := config.Parse([]byte(cfgJSON), dir)
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	opts := runtimes.Options{Config: cfg, FreeMemory: func() (uint64, error) { return free.Load(), nil }}
-	var rt runtimes.Runtime
-	if v.parallel {
-		rt, err = parallel.New(opts)
-	} else {
-		rt, err = legacy.New(opts)
-	}
-	if err != nil {
-		t.Fatalf("runtime: %v", err)
-	}
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	ts := httptest.NewServer(httpapi.New(httpapi.Options{Config: cfg, Runtime: rt}))
-	t.Cleanup(func() {
-		ts.Close()
-		rt.Close()
+	e, _ := startServerIn(t, v, cfgJSON, dir, func(o *runtimes.Options) {
+		o.FreeMemory = func() (uint64, error) { return free.Load(), nil }
 	})
-	return httpexpect.WithConfig(httpexpect.Config{
-		BaseURL:  ts.URL,
-		Reporter: httpexpect.NewAssertReporter(t),
-		Client:   &http.Client{Timeout: 20 * time.Second},
-	})
+	return e
 }
 
 // TestMemoryGuardEnvelope: a load the memory guard refuses is a 503 with
