@@ -3,14 +3,13 @@ package legacy
 import (
 	"context"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/audioproof/audioproof/runtimes"
+	"github.com/audioproof/audioproof/runtimes/runtimetest"
 	"github.com/audioproof/audioproof/server/apierror"
 	"github.com/audioproof/audioproof/server/config"
 	"github.com/audioproof/audioproof/server/families/fixture"
@@ -18,53 +17,20 @@ import (
 
 const mb = 1 << 20
 
-// memProbe is an injected free-memory figure that tests change at will.
-type memProbe struct {
-	free  atomic.Uint64
-	calls atomic.Int64
-}
-
-func newProbe(free uint64) *memProbe {
-	p := &memProbe{}
-	p.free.Store(free)
-	return p
-}
-
-func (p *memProbe) read() (uint64, error) {
-	p.calls.Add(1)
-	return p.free.Load(), nil
-}
-
-// sparse makes a file of size bytes (sparse, so big ones cost no disk).
-func sparse(t *testing.T, p string, size int64) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-}
-
 // fileModel is a lazy fixture model whose path is a real file of size bytes;
 // require_file=true makes the fixture insist on it.
 func fileModel(t *testing.T, id string, size int64) config.Model {
 	m := mdl(t, id)
 	m.Path = filepath.Join(t.TempDir(), fileName(t, id))
-	sparse(t, m.Path, size)
+	runtimetest.SparseFile(t, m.Path, size)
 	m.LoadOptions = map[string]string{"require_file": "true"}
 	return m
 }
 
 // newGuardedRT builds a runtime whose memory guard reads probe.
-func newGuardedRT(t *testing.T, cfg *config.Config, probe *memProbe) *Runtime {
+func newGuardedRT(t *testing.T, cfg *config.Config, probe *runtimetest.MemProbe) *Runtime {
 	t.Helper()
-	rt, err := New(runtimes.Options{Config: cfg, Logger: quiet, FreeMemory: probe.read})
+	rt, err := New(runtimes.Options{Config: cfg, Logger: quiet, FreeMemory: probe.Read})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -88,7 +54,7 @@ func TestMemoryGuardRefusesThenRetries(t *testing.T) {
 	m := fileModel(t, "a", 2*mb) // estimate 131 MiB
 	cfg := cfgWith(0, m)
 	cfg.MinFreeMemoryMb = 1 // need 132 MiB
-	probe := newProbe(132*mb - 1)
+	probe := runtimetest.NewMemProbe(132*mb - 1)
 	rt := newGuardedRT(t, cfg, probe)
 
 	_, err := rt.Acquire(context.Background(), "a", nil)
@@ -102,7 +68,7 @@ func TestMemoryGuardRefusesThenRetries(t *testing.T) {
 	_, err = rt.Acquire(context.Background(), "a", ptr(1000))
 	wantMemoryRefusal(t, err, "a")
 
-	probe.free.Store(132 * mb)
+	probe.Free.Store(132 * mb)
 	l := mustAcquire(t, rt, "a", nil)
 	if runText(t, l) != fileName(t, "a") {
 		t.Error("wrong session after retry")
@@ -112,10 +78,10 @@ func TestMemoryGuardRefusesThenRetries(t *testing.T) {
 		t.Fatalf("retry: loads=%d loaded=%v", c.Loads.Load(), loaded(t, rt, "a"))
 	}
 	// A resident model is not checked again.
-	probe.free.Store(0)
-	calls := probe.calls.Load()
+	probe.Free.Store(0)
+	calls := probe.Calls.Load()
 	mustAcquire(t, rt, "a", nil).Release()
-	if probe.calls.Load() != calls {
+	if probe.Calls.Load() != calls {
 		t.Error("the guard measured memory for a model already loaded")
 	}
 }
@@ -124,11 +90,11 @@ func TestMemoryGuardRefusesThenRetries(t *testing.T) {
 // and never refuses.
 func TestMemoryGuardOffNeverRefuses(t *testing.T) {
 	cfg := cfgWith(0, fileModel(t, "a", 64*mb))
-	probe := newProbe(0)
+	probe := runtimetest.NewMemProbe(0)
 	rt := newGuardedRT(t, cfg, probe)
 	mustAcquire(t, rt, "a", nil).Release()
-	if probe.calls.Load() != 0 {
-		t.Errorf("guard off read free memory %d times", probe.calls.Load())
+	if probe.Calls.Load() != 0 {
+		t.Errorf("guard off read free memory %d times", probe.Calls.Load())
 	}
 }
 
@@ -138,11 +104,11 @@ func TestMemoryGuardEvictionNotUndone(t *testing.T) {
 	cfg := cfgWith(0, fileModel(t, "a", mb), fileModel(t, "b", 64*mb))
 	cfg.MaxLoadedModels = 1
 	cfg.MinFreeMemoryMb = 1
-	probe := newProbe(1 << 40)
+	probe := runtimetest.NewMemProbe(1 << 40)
 	rt := newGuardedRT(t, cfg, probe)
 	mustAcquire(t, rt, "a", nil).Release()
 
-	probe.free.Store(200 * mb) // b needs 1.5 × 64 + 128 + 1 = 225 MiB
+	probe.Free.Store(200 * mb) // b needs 1.5 × 64 + 128 + 1 = 225 MiB
 	_, err := rt.Acquire(context.Background(), "b", nil)
 	wantMemoryRefusal(t, err, "b")
 	if loaded(t, rt, "a") || ctl(t, "a").Destructions.Load() != 1 {
@@ -151,7 +117,7 @@ func TestMemoryGuardEvictionNotUndone(t *testing.T) {
 	if loaded(t, rt, "b") || ctl(t, "b").Loads.Load() != 0 {
 		t.Error("b was loaded despite the refusal")
 	}
-	probe.free.Store(225 * mb)
+	probe.Free.Store(225 * mb)
 	mustAcquire(t, rt, "b", nil).Release()
 	if !loaded(t, rt, "b") {
 		t.Error("b not loaded on retry")
@@ -167,7 +133,7 @@ func TestMemoryGuardFolders(t *testing.T) {
 		m := mdl(t, id)
 		m.Path = filepath.Join(root, fileName(t, id))
 		for name, size := range files {
-			sparse(t, filepath.Join(m.Path, name), size)
+			runtimetest.SparseFile(t, filepath.Join(m.Path, name), size)
 		}
 		m.LoadOptions = map[string]string{"require_file": "true"}
 		return m
@@ -190,7 +156,7 @@ func TestMemoryGuardFolders(t *testing.T) {
 	for _, c := range models {
 		cfg.Models = append(cfg.Models, c.m)
 	}
-	rt := newGuardedRT(t, cfg, newProbe(200*mb))
+	rt := newGuardedRT(t, cfg, runtimetest.NewMemProbe(200*mb))
 	for _, c := range models {
 		l, err := rt.Acquire(context.Background(), c.m.ID, nil)
 		if c.refuse {
@@ -216,7 +182,7 @@ func TestMemoryGuardAtStartupAndRegister(t *testing.T) {
 	eager.Lazy = false
 	cfg := cfgWith(0, eager)
 	cfg.MinFreeMemoryMb = 1
-	probe := newProbe(100 * mb)
+	probe := runtimetest.NewMemProbe(100 * mb)
 	rt := newGuardedRT(t, cfg, probe)
 	err := rt.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `cannot load model "eager"`) {
@@ -229,7 +195,7 @@ func TestMemoryGuardAtStartupAndRegister(t *testing.T) {
 	if _, ok := rt.Lookup("new"); !ok || loaded(t, rt, "new") || ctl(t, "new").Loads.Load() != 0 {
 		t.Fatal("refused registration must stay registered and unloaded")
 	}
-	probe.free.Store(1 << 40)
+	probe.Free.Store(1 << 40)
 	if _, err := rt.Register(context.Background(), m); err != nil || !loaded(t, rt, "new") {
 		t.Fatalf("retry: %v", err)
 	}
@@ -239,9 +205,9 @@ func TestMemoryGuardAtStartupAndRegister(t *testing.T) {
 func TestMemoryGuardDeviceMemory(t *testing.T) {
 	cfg := cfgWith(0, fileModel(t, "a", 2*mb))
 	cfg.MinFreeMemoryMb = 1
-	dev := newProbe(100 * mb)
-	rt, err := New(runtimes.Options{Config: cfg, Logger: quiet, FreeMemory: newProbe(1 << 40).read,
-		FreeDeviceMemory: func() (uint64, bool, error) { f, err := dev.read(); return f, true, err }})
+	dev := runtimetest.NewMemProbe(100 * mb)
+	rt, err := New(runtimes.Options{Config: cfg, Logger: quiet, FreeMemory: runtimetest.NewMemProbe(1 << 40).Read,
+		FreeDeviceMemory: func() (uint64, bool, error) { f, err := dev.Read(); return f, true, err }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +217,7 @@ func TestMemoryGuardDeviceMemory(t *testing.T) {
 	if !strings.Contains(err.Error(), "memory on the compute device") {
 		t.Errorf("refusal does not say the device is short: %v", err)
 	}
-	dev.free.Store(132 * mb)
+	dev.Free.Store(132 * mb)
 	mustAcquire(t, rt, "a", nil).Release()
 }
 
@@ -261,7 +227,7 @@ func TestMemoryGuardDeviceMemory(t *testing.T) {
 func TestMemoryGuardSerialisesLoads(t *testing.T) {
 	cfg := cfgWith(0, fileModel(t, "a", mb), fileModel(t, "b", mb))
 	cfg.MinFreeMemoryMb = 1
-	probe := newProbe(1 << 40)
+	probe := runtimetest.NewMemProbe(1 << 40)
 	rt := newGuardedRT(t, cfg, probe)
 	ca, cb := ctl(t, "a"), ctl(t, "b")
 	ca.LoadGate.Arm()
@@ -270,10 +236,10 @@ func TestMemoryGuardSerialisesLoads(t *testing.T) {
 	if !ca.LoadGate.WaitSeen(5 * time.Second) {
 		t.Fatal("a's load never started")
 	}
-	calls := probe.calls.Load()
+	calls := probe.Calls.Load()
 	second := acquireAsync(context.Background(), rt, "b", nil)
 	time.Sleep(50 * time.Millisecond)
-	if cb.Loads.Load() != 0 || probe.calls.Load() != calls {
+	if cb.Loads.Load() != 0 || probe.Calls.Load() != calls {
 		t.Fatal("b's load or memory check ran while a was loading")
 	}
 	ca.LoadGate.Release()
@@ -284,7 +250,7 @@ func TestMemoryGuardSerialisesLoads(t *testing.T) {
 		}
 		r.lease.Release()
 	}
-	if cb.Loads.Load() != 1 || probe.calls.Load() != calls+1 {
-		t.Errorf("b: loads=%d, memory checks=%d", cb.Loads.Load(), probe.calls.Load()-calls)
+	if cb.Loads.Load() != 1 || probe.Calls.Load() != calls+1 {
+		t.Errorf("b: loads=%d, memory checks=%d", cb.Loads.Load(), probe.Calls.Load()-calls)
 	}
 }

@@ -4,36 +4,18 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/audioproof/audioproof/runtimes"
+	"github.com/audioproof/audioproof/runtimes/runtimetest"
 	"github.com/audioproof/audioproof/server/apierror"
 	"github.com/audioproof/audioproof/server/config"
 )
 
 const mb = 1 << 20
-
-// memProbe is an injected free-memory figure that tests change at will.
-type memProbe struct {
-	free  atomic.Uint64
-	calls atomic.Int64
-}
-
-func newProbe(free uint64) *memProbe {
-	p := &memProbe{}
-	p.free.Store(free)
-	return p
-}
-
-func (p *memProbe) read() (uint64, error) {
-	p.calls.Add(1)
-	return p.free.Load(), nil
-}
 
 // realModel is a lazy fixture model whose path is a real (sparse) file of
 // size bytes; require_file=true makes the fixture insist on it.
@@ -41,21 +23,14 @@ func realModel(t *testing.T, id, suffix string, slots int, size int64) config.Mo
 	t.Helper()
 	m := fixtureModel(id, fileName(t, suffix), slots, 4)
 	m.Path = filepath.Join(t.TempDir(), fileName(t, suffix))
-	f, err := os.Create(m.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	runtimetest.SparseFile(t, m.Path, size)
 	m.LoadOptions = map[string]string{"require_file": "true"}
 	return m
 }
 
 // newGuarded builds a runtime with min_free_memory_mb=1 whose guard reads
 // probe, and checks at the end that nothing leaked.
-func newGuarded(t *testing.T, probe *memProbe, edit func(*config.Config), models ...config.Model) *Runtime {
+func newGuarded(t *testing.T, probe *runtimetest.MemProbe, edit func(*config.Config), models ...config.Model) *Runtime {
 	t.Helper()
 	cfg := config.Default()
 	cfg.BusyTimeoutMs = 0
@@ -65,7 +40,7 @@ func newGuarded(t *testing.T, probe *memProbe, edit func(*config.Config), models
 	if edit != nil {
 		edit(cfg)
 	}
-	rt, err := New(runtimes.Options{Config: cfg, FreeMemory: probe.read})
+	rt, err := New(runtimes.Options{Config: cfg, FreeMemory: probe.Read})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -104,7 +79,7 @@ func TestMemoryGuardRefusalPublishesNothing(t *testing.T) {
 	for _, n := range capacities {
 		t.Run(fmt.Sprintf("slots=%d", n), func(t *testing.T) {
 			m := realModel(t, "a", "a", n, 2*mb) // 131 MiB + 1 MiB headroom
-			probe := newProbe(132*mb - 1)
+			probe := runtimetest.NewMemProbe(132*mb - 1)
 			rt := newGuarded(t, probe, nil, m)
 			_, err := infer(context.Background(), rt, "a", nil, nil)
 			wantMemoryRefusal(t, err, "a")
@@ -114,7 +89,7 @@ func TestMemoryGuardRefusalPublishesNothing(t *testing.T) {
 				t.Fatalf("refusal left state: loads %d sessions %d loaded %v max %v active %d",
 					c.Loads.Load(), c.Sessions.Load(), st.Loaded, st.Slots.MaxParallelSlots, st.Slots.Active)
 			}
-			probe.free.Store(132 * mb)
+			probe.Free.Store(132 * mb)
 			text, err := infer(context.Background(), rt, "a", nil, nil)
 			if err != nil || text != filepath.Base(m.Path) {
 				t.Fatalf("retry: %q, %v", text, err)
@@ -123,10 +98,10 @@ func TestMemoryGuardRefusalPublishesNothing(t *testing.T) {
 				t.Fatalf("retry built %d sessions, want %d", c.Sessions.Load(), n)
 			}
 			// A warm model is not checked again.
-			probe.free.Store(0)
-			calls := probe.calls.Load()
-			if _, err := infer(context.Background(), rt, "a", nil, nil); err != nil || probe.calls.Load() != calls {
-				t.Fatalf("warm request: %v, memory checks %d", err, probe.calls.Load()-calls)
+			probe.Free.Store(0)
+			calls := probe.Calls.Load()
+			if _, err := infer(context.Background(), rt, "a", nil, nil); err != nil || probe.Calls.Load() != calls {
+				t.Fatalf("warm request: %v, memory checks %d", err, probe.Calls.Load()-calls)
 			}
 		})
 	}
@@ -134,14 +109,14 @@ func TestMemoryGuardRefusalPublishesNothing(t *testing.T) {
 
 // TestMemoryGuardOffNeverRefuses: min_free_memory_mb=0 never reads memory.
 func TestMemoryGuardOffNeverRefuses(t *testing.T) {
-	probe := newProbe(0)
+	probe := runtimetest.NewMemProbe(0)
 	m := realModel(t, "a", "a", 2, 64*mb)
 	rt := newGuarded(t, probe, func(c *config.Config) { c.MinFreeMemoryMb = 0 }, m)
 	if _, err := infer(context.Background(), rt, "a", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if probe.calls.Load() != 0 {
-		t.Errorf("guard off read free memory %d times", probe.calls.Load())
+	if probe.Calls.Load() != 0 {
+		t.Errorf("guard off read free memory %d times", probe.Calls.Load())
 	}
 }
 
@@ -151,7 +126,7 @@ func TestMemoryGuardOffNeverRefuses(t *testing.T) {
 func TestMemoryGuardRegistration(t *testing.T) {
 	eager := realModel(t, "eager", "eager", 0, 8*mb)
 	eager.Lazy = false
-	probe := newProbe(100 * mb)
+	probe := runtimetest.NewMemProbe(100 * mb)
 	rt := newGuarded(t, probe, nil, eager)
 	if err := rt.Start(context.Background()); err == nil || !strings.Contains(err.Error(), `cannot load model "eager"`) {
 		t.Fatalf("Start = %v, want the memory refusal", err)
@@ -162,7 +137,7 @@ func TestMemoryGuardRegistration(t *testing.T) {
 	if st := status(t, rt, "new"); st.Loaded || ctl(t, m).Loads.Load() != 0 {
 		t.Fatal("refused registration must stay registered and unloaded")
 	}
-	probe.free.Store(1 << 40)
+	probe.Free.Store(1 << 40)
 	if _, err := rt.Register(context.Background(), m); err != nil || !status(t, rt, "new").Loaded {
 		t.Fatalf("retry: %v", err)
 	}
@@ -175,21 +150,21 @@ func TestMemoryGuardRegistration(t *testing.T) {
 func TestMemoryGuardAfterEviction(t *testing.T) {
 	a := realModel(t, "a", "a", 2, mb)
 	b := realModel(t, "b", "b", 2, 64*mb) // needs 1.5 × 64 + 128 + 1 = 225 MiB
-	probe := newProbe(1 << 40)
+	probe := runtimetest.NewMemProbe(1 << 40)
 	rt := newGuarded(t, probe, func(c *config.Config) { c.MaxLoadedModels = 1 }, a, b)
 	if _, err := infer(context.Background(), rt, "a", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	probe.free.Store(200 * mb)
+	probe.Free.Store(200 * mb)
 	ctl(t, a).CloseGate.Arm()
-	calls := probe.calls.Load()
+	calls := probe.Calls.Load()
 	done := make(chan error, 1)
 	go func() { _, err := infer(context.Background(), rt, "b", nil, nil); done <- err }()
 	if !ctl(t, a).CloseGate.WaitSeen(5 * time.Second) {
 		t.Fatal("a was not evicted")
 	}
 	time.Sleep(50 * time.Millisecond)
-	if probe.calls.Load() != calls {
+	if probe.Calls.Load() != calls {
 		t.Fatal("the guard measured memory before the evicted model was torn down")
 	}
 	ctl(t, a).CloseGate.Release()
@@ -200,7 +175,7 @@ func TestMemoryGuardAfterEviction(t *testing.T) {
 	if status(t, rt, "b").Loaded || ctl(t, b).Loads.Load() != 0 {
 		t.Error("b loaded despite the refusal")
 	}
-	probe.free.Store(225 * mb)
+	probe.Free.Store(225 * mb)
 	if _, err := infer(context.Background(), rt, "b", nil, nil); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
@@ -212,7 +187,7 @@ func TestMemoryGuardAfterEviction(t *testing.T) {
 func TestMemoryGuardReconfigureProbe(t *testing.T) {
 	old := realModel(t, "m", "old", 1, mb)
 	repl := realModel(t, "m", "new", 2, 64*mb)
-	probe := newProbe(200 * mb)
+	probe := runtimetest.NewMemProbe(200 * mb)
 	rt := newGuarded(t, probe, nil, old)
 	t.Cleanup(func() { ctl(t, repl).ReleaseAll() })
 	if _, err := infer(context.Background(), rt, "m", nil, nil); err != nil {
@@ -229,7 +204,7 @@ func TestMemoryGuardReconfigureProbe(t *testing.T) {
 	if text, err := infer(context.Background(), rt, "m", nil, nil); err != nil || text != filepath.Base(old.Path) {
 		t.Fatalf("old model not serving after a refused reconfiguration: %q %v", text, err)
 	}
-	probe.free.Store(1 << 40)
+	probe.Free.Store(1 << 40)
 	if re, err := rt.Register(context.Background(), repl); err != nil || !re {
 		t.Fatalf("retry: reconfigured=%v err=%v", re, err)
 	}
@@ -249,7 +224,7 @@ func TestMemoryGuardSerialisesLoads(t *testing.T) {
 	a := realModel(t, "a", "a", 2, mb)
 	b := realModel(t, "b", "b", 2, mb)
 	w := realModel(t, "w", "w", 2, mb)
-	probe := newProbe(1 << 40)
+	probe := runtimetest.NewMemProbe(1 << 40)
 	rt := newGuarded(t, probe, nil, a, b, w)
 	if _, err := infer(context.Background(), rt, "w", nil, nil); err != nil {
 		t.Fatal(err)
@@ -261,14 +236,14 @@ func TestMemoryGuardSerialisesLoads(t *testing.T) {
 	if !ctl(t, a).LoadGate.WaitSeen(5 * time.Second) {
 		t.Fatal("a's load never started")
 	}
-	calls := probe.calls.Load()
+	calls := probe.Calls.Load()
 	second := make(chan error, 1)
 	go func() { _, err := infer(context.Background(), rt, "b", nil, nil); second <- err }()
 	if _, err := infer(context.Background(), rt, "w", nil, nil); err != nil {
 		t.Fatalf("warm model blocked by a guarded load: %v", err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if ctl(t, b).Loads.Load() != 0 || probe.calls.Load() != calls {
+	if ctl(t, b).Loads.Load() != 0 || probe.Calls.Load() != calls {
 		t.Fatal("b's load or memory check ran while a was loading")
 	}
 	ctl(t, a).LoadGate.Release()
@@ -278,7 +253,7 @@ func TestMemoryGuardSerialisesLoads(t *testing.T) {
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
-	if probe.calls.Load() != calls+1 {
-		t.Errorf("memory checks for b: %d, want 1", probe.calls.Load()-calls)
+	if probe.Calls.Load() != calls+1 {
+		t.Errorf("memory checks for b: %d, want 1", probe.Calls.Load()-calls)
 	}
 }
