@@ -15,6 +15,24 @@ import (
 	"github.com/audioproof/audioproof/server/session"
 )
 
+// forSlots runs scenario as one subtest per pool size in slots, named
+// "slots=<n>" as the scenarios have always been.
+func forSlots(t *testing.T, slots []int, scenario func(t *testing.T, c int)) {
+	for _, c := range slots {
+		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) { scenario(t, c) })
+	}
+}
+
+// singleModel builds a runtime over one lazy fixture model "m" (the test's
+// file "a") with the given slots, and returns the runtime, the model and
+// its fixture control.
+func singleModel(t *testing.T, slots int) (*Runtime, config.Model, *ctlT) {
+	t.Helper()
+	a := fixtureModel("m", fileName(t, "a"), slots, 0)
+	rt := newRuntime(t, nil, a)
+	return rt, a, ctl(t, a)
+}
+
 // runHeld acquires id and runs one request, logging "<name>:<text>" before
 // it releases the lease.
 func runHeld(ctx context.Context, rt *Runtime, id, name string, log *events) error {
@@ -38,10 +56,8 @@ func TestOlderWorkBeforeManagement(t *testing.T) {
 		for _, op := range []string{"unload", "reconfigure"} {
 			t.Run(fmt.Sprintf("slots=%d/%s", c, op), func(t *testing.T) {
 				ctx := testCtx(t)
-				a := fixtureModel("m", fileName(t, "a"), c, 0)
+				rt, a, ca := singleModel(t, c)
 				b := fixtureModel("m", fileName(t, "b"), c, 0)
-				rt := newRuntime(t, nil, a)
-				ca := ctl(t, a)
 				if _, err := infer(ctx, rt, "m", nil, nil); err != nil {
 					t.Fatal(err)
 				}
@@ -116,107 +132,101 @@ func TestOlderWorkBeforeManagement(t *testing.T) {
 }
 
 func TestOverlappingManagers(t *testing.T) {
-	for _, c := range capacities {
-		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) {
-			ctx := testCtx(t)
-			a := fixtureModel("m", fileName(t, "a"), c, 0)
-			rt := newRuntime(t, nil, a)
-			ca := ctl(t, a)
-			ca.RunGate.Arm()
-			var log events
-			var wg sync.WaitGroup
+	forSlots(t, capacities, func(t *testing.T, c int) {
+		ctx := testCtx(t)
+		rt, _, ca := singleModel(t, c)
+		ca.RunGate.Arm()
+		var log events
+		var wg sync.WaitGroup
+		wg.Add(1)
+		goT(t, func() { defer wg.Done(); _ = runHeld(ctx, rt, "m", "first", &log) })
+		eventually(t, "running", func() bool { return ca.Running() == 1 })
+		names := []string{"b", "c", "d"}
+		for i, n := range names {
+			m := fixtureModel("m", fileName(t, n), c, 0)
 			wg.Add(1)
-			goT(t, func() { defer wg.Done(); _ = runHeld(ctx, rt, "m", "first", &log) })
-			eventually(t, "running", func() bool { return ca.Running() == 1 })
-			names := []string{"b", "c", "d"}
-			for i, n := range names {
-				m := fixtureModel("m", fileName(t, n), c, 0)
-				wg.Add(1)
-				goT(t, func() {
-					defer wg.Done()
-					if _, err := rt.Register(ctx, m); err != nil {
-						t.Errorf("register %s: %v", n, err)
-					}
-					log.add("register-%s", n)
-				})
-				waitQueue(t, rt, "m", 0, i+1)
-			}
-			ca.RunGate.Release()
-			wg.Wait()
-			// Each manager returns when its successor may already run, so
-			// the log shows only that the older request went first; the
-			// order of the managers shows in their effect: b and c were
-			// each loaded once and replaced, d serves.
-			got := log.get()
-			if len(got) != 4 || got[0] != "first:"+ca.Name() {
-				t.Fatalf("order %v: the running request must finish before any manager", got)
-			}
-			text, err := infer(ctx, rt, "m", nil, nil)
-			if err != nil || text != fileName(t, "d") {
-				t.Fatalf("after the managers: %q, %v; want the last registration %q", text, err, fileName(t, "d"))
-			}
-			for _, n := range []string{"b", "c"} {
-				c := ctl(t, fixtureModel("m", fileName(t, n), 1, 0))
-				if c.Sessions.Load() != 0 || c.Destructions.Load() != 1 {
-					t.Fatalf("config %s: %d live sessions, %d destructions; want replaced once", n, c.Sessions.Load(), c.Destructions.Load())
+			goT(t, func() {
+				defer wg.Done()
+				if _, err := rt.Register(ctx, m); err != nil {
+					t.Errorf("register %s: %v", n, err)
 				}
+				log.add("register-%s", n)
+			})
+			waitQueue(t, rt, "m", 0, i+1)
+		}
+		ca.RunGate.Release()
+		wg.Wait()
+		// Each manager returns when its successor may already run, so
+		// the log shows only that the older request went first; the
+		// order of the managers shows in their effect: b and c were
+		// each loaded once and replaced, d serves.
+		got := log.get()
+		if len(got) != 4 || got[0] != "first:"+ca.Name() {
+			t.Fatalf("order %v: the running request must finish before any manager", got)
+		}
+		text, err := infer(ctx, rt, "m", nil, nil)
+		if err != nil || text != fileName(t, "d") {
+			t.Fatalf("after the managers: %q, %v; want the last registration %q", text, err, fileName(t, "d"))
+		}
+		for _, n := range []string{"b", "c"} {
+			c := ctl(t, fixtureModel("m", fileName(t, n), 1, 0))
+			if c.Sessions.Load() != 0 || c.Destructions.Load() != 1 {
+				t.Fatalf("config %s: %d live sessions, %d destructions; want replaced once", n, c.Sessions.Load(), c.Destructions.Load())
 			}
-			checkDrained(t, rt)
-		})
-	}
+		}
+		checkDrained(t, rt)
+	})
 }
 
 func TestBulkReleasesIdleFirst(t *testing.T) {
-	for _, c := range capacities {
-		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) {
-			ctx := testCtx(t)
-			a := fixtureModel("a", fileName(t, "a"), c, 0)
-			b := fixtureModel("b", fileName(t, "b"), c, 0)
-			rt := newRuntime(t, nil, a, b)
-			ca, cb := ctl(t, a), ctl(t, b)
-			if _, err := infer(ctx, rt, "b", nil, nil); err != nil {
-				t.Fatal(err)
+	forSlots(t, capacities, func(t *testing.T, c int) {
+		ctx := testCtx(t)
+		a := fixtureModel("a", fileName(t, "a"), c, 0)
+		b := fixtureModel("b", fileName(t, "b"), c, 0)
+		rt := newRuntime(t, nil, a, b)
+		ca, cb := ctl(t, a), ctl(t, b)
+		if _, err := infer(ctx, rt, "b", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		ca.LoadGate.Arm()
+		reqErr := make(chan error, 1)
+		goT(t, func() { _, err := infer(ctx, rt, "a", nil, nil); reqErr <- err })
+		if !ca.LoadGate.WaitSeen(2 * time.Second) {
+			t.Fatal("load of a never started")
+		}
+		type bulk struct {
+			unloaded, notFound []string
+		}
+		res := make(chan bulk, 1)
+		goT(t, func() {
+			u, nf, err := rt.UnloadModels(ctx, []string{"a", "b", "a", "nope", "b"})
+			if err != nil {
+				t.Errorf("bulk: %v", err)
 			}
-			ca.LoadGate.Arm()
-			reqErr := make(chan error, 1)
-			goT(t, func() { _, err := infer(ctx, rt, "a", nil, nil); reqErr <- err })
-			if !ca.LoadGate.WaitSeen(2 * time.Second) {
-				t.Fatal("load of a never started")
-			}
-			type bulk struct {
-				unloaded, notFound []string
-			}
-			res := make(chan bulk, 1)
-			goT(t, func() {
-				u, nf, err := rt.UnloadModels(ctx, []string{"a", "b", "a", "nope", "b"})
-				if err != nil {
-					t.Errorf("bulk: %v", err)
-				}
-				res <- bulk{u, nf}
-			})
-			eventually(t, "idle model b unloaded first", func() bool { return cb.Destructions.Load() == 1 })
-			if ca.LoadGate.Waiting() != 1 || status(t, rt, "b").Loaded {
-				t.Fatalf("b not released while a loads (a waiting %d, b loaded %v)", ca.LoadGate.Waiting(), status(t, rt, "b").Loaded)
-			}
-			ca.LoadGate.Release()
-			if err := <-reqErr; err != nil {
-				t.Fatalf("request older than the bulk unload: %v", err)
-			}
-			r := <-res
-			if !slices.Equal(r.unloaded, []string{"a", "b"}) || !slices.Equal(r.notFound, []string{"nope"}) {
-				t.Fatalf("unloaded %v not_found %v", r.unloaded, r.notFound)
-			}
-			if status(t, rt, "a").Loaded || ca.Destructions.Load() != 1 || ca.Sessions.Load() != 0 {
-				t.Fatal("a not unloaded after its load")
-			}
-			// Already unloaded models are still listed (parallel semantics).
-			u, _, _ := rt.UnloadModels(ctx, []string{"b"})
-			if !slices.Equal(u, []string{"b"}) {
-				t.Fatalf("second bulk: %v", u)
-			}
-			checkDrained(t, rt)
+			res <- bulk{u, nf}
 		})
-	}
+		eventually(t, "idle model b unloaded first", func() bool { return cb.Destructions.Load() == 1 })
+		if ca.LoadGate.Waiting() != 1 || status(t, rt, "b").Loaded {
+			t.Fatalf("b not released while a loads (a waiting %d, b loaded %v)", ca.LoadGate.Waiting(), status(t, rt, "b").Loaded)
+		}
+		ca.LoadGate.Release()
+		if err := <-reqErr; err != nil {
+			t.Fatalf("request older than the bulk unload: %v", err)
+		}
+		r := <-res
+		if !slices.Equal(r.unloaded, []string{"a", "b"}) || !slices.Equal(r.notFound, []string{"nope"}) {
+			t.Fatalf("unloaded %v not_found %v", r.unloaded, r.notFound)
+		}
+		if status(t, rt, "a").Loaded || ca.Destructions.Load() != 1 || ca.Sessions.Load() != 0 {
+			t.Fatal("a not unloaded after its load")
+		}
+		// Already unloaded models are still listed (parallel semantics).
+		u, _, _ := rt.UnloadModels(ctx, []string{"b"})
+		if !slices.Equal(u, []string{"b"}) {
+			t.Fatalf("second bulk: %v", u)
+		}
+		checkDrained(t, rt)
+	})
 }
 
 func TestRetiringResident(t *testing.T) {
@@ -288,29 +298,25 @@ func TestRetiringResident(t *testing.T) {
 }
 
 func TestRejectedPreparationReleasesLease(t *testing.T) {
-	for _, c := range capacities {
-		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) {
-			ctx := testCtx(t)
-			a := fixtureModel("m", fileName(t, "a"), c, 0)
-			rt := newRuntime(t, nil, a)
-			ca := ctl(t, a)
-			ca.FailPrepare.Store(true)
-			for i := 0; i < c+2; i++ {
-				_, err := infer(ctx, rt, "m", ms(100), nil)
-				if !apierror.Is(err, apierror.TypeInvalid) {
-					t.Fatalf("rejected preparation: %v, want invalid_request_error", err)
-				}
+	forSlots(t, capacities, func(t *testing.T, c int) {
+		ctx := testCtx(t)
+		rt, _, ca := singleModel(t, c)
+		ca.FailPrepare.Store(true)
+		for i := 0; i < c+2; i++ {
+			_, err := infer(ctx, rt, "m", ms(100), nil)
+			if !apierror.Is(err, apierror.TypeInvalid) {
+				t.Fatalf("rejected preparation: %v, want invalid_request_error", err)
 			}
-			checkDrained(t, rt)
-			ca.FailPrepare.Store(false)
-			if _, err := infer(ctx, rt, "m", ms(100), nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := rt.Unload(ctx, "m"); err != nil {
-				t.Fatalf("unload after rejected preparations: %v", err)
-			}
-		})
-	}
+		}
+		checkDrained(t, rt)
+		ca.FailPrepare.Store(false)
+		if _, err := infer(ctx, rt, "m", ms(100), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Unload(ctx, "m"); err != nil {
+			t.Fatalf("unload after rejected preparations: %v", err)
+		}
+	})
 }
 
 func TestLoadingAndInferenceFailuresReleaseOwnership(t *testing.T) {
@@ -333,9 +339,7 @@ func TestLoadingAndInferenceFailuresReleaseOwnership(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("slots=%d/%s", c, f.name), func(t *testing.T) {
 				ctx := testCtx(t)
-				a := fixtureModel("m", fileName(t, "a"), c, 0)
-				rt := newRuntime(t, nil, a)
-				ca := ctl(t, a)
+				rt, _, ca := singleModel(t, c)
 				f.set(ca, true)
 				var wg sync.WaitGroup
 				for i := 0; i < c; i++ {
@@ -393,59 +397,57 @@ func TestLoadingAndInferenceFailuresReleaseOwnership(t *testing.T) {
 }
 
 func TestOverlappingBulkOperations(t *testing.T) {
-	for _, c := range capacities {
-		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) {
-			ctx := testCtx(t)
-			var models []config.Model
-			for _, n := range []string{"a", "b", "c"} {
-				models = append(models, fixtureModel(n, fileName(t, n), c, 0))
-			}
-			rt := newRuntime(t, nil, models...)
-			var wg sync.WaitGroup
-			for _, m := range models {
-				ctl(t, m).RunGate.Arm()
-				wg.Add(1)
-				goT(t, func() { defer wg.Done(); _, _ = infer(ctx, rt, m.ID, nil, nil) })
-				eventually(t, "running", func() bool { return ctl(t, m).Running() == 1 })
-			}
-			results := make(chan []string, 2)
-			for _, sel := range [][]string{{"a", "b", "c", "a"}, {"c", "b", "a", "c", "b"}} {
-				wg.Add(1)
-				goT(t, func() {
-					defer wg.Done()
-					u, nf, err := rt.UnloadModels(ctx, sel)
-					if err != nil || len(nf) != 0 {
-						t.Errorf("bulk %v: %v %v", sel, nf, err)
-					}
-					results <- u
-				})
-			}
-			for _, m := range models {
-				waitQueue(t, rt, m.ID, 0, 2)
-			}
-			for _, m := range models {
-				ctl(t, m).RunGate.Release()
-			}
-			done := make(chan struct{})
-			goT(t, func() { wg.Wait(); close(done) })
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				t.Fatalf("overlapping bulk unloads deadlocked\n%s", allStacks())
-			}
-			got := []string{strings.Join(<-results, ","), strings.Join(<-results, ",")}
-			slices.Sort(got)
-			if !slices.Equal(got, []string{"a,b,c", "c,b,a"}) {
-				t.Fatalf("results %v, want de-duplicated selections in order", got)
-			}
-			for _, m := range models {
-				if status(t, rt, m.ID).Loaded || ctl(t, m).Destructions.Load() != 1 {
-					t.Fatalf("%s not unloaded exactly once", m.ID)
+	forSlots(t, capacities, func(t *testing.T, c int) {
+		ctx := testCtx(t)
+		var models []config.Model
+		for _, n := range []string{"a", "b", "c"} {
+			models = append(models, fixtureModel(n, fileName(t, n), c, 0))
+		}
+		rt := newRuntime(t, nil, models...)
+		var wg sync.WaitGroup
+		for _, m := range models {
+			ctl(t, m).RunGate.Arm()
+			wg.Add(1)
+			goT(t, func() { defer wg.Done(); _, _ = infer(ctx, rt, m.ID, nil, nil) })
+			eventually(t, "running", func() bool { return ctl(t, m).Running() == 1 })
+		}
+		results := make(chan []string, 2)
+		for _, sel := range [][]string{{"a", "b", "c", "a"}, {"c", "b", "a", "c", "b"}} {
+			wg.Add(1)
+			goT(t, func() {
+				defer wg.Done()
+				u, nf, err := rt.UnloadModels(ctx, sel)
+				if err != nil || len(nf) != 0 {
+					t.Errorf("bulk %v: %v %v", sel, nf, err)
 				}
+				results <- u
+			})
+		}
+		for _, m := range models {
+			waitQueue(t, rt, m.ID, 0, 2)
+		}
+		for _, m := range models {
+			ctl(t, m).RunGate.Release()
+		}
+		done := make(chan struct{})
+		goT(t, func() { wg.Wait(); close(done) })
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("overlapping bulk unloads deadlocked\n%s", allStacks())
+		}
+		got := []string{strings.Join(<-results, ","), strings.Join(<-results, ",")}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"a,b,c", "c,b,a"}) {
+			t.Fatalf("results %v, want de-duplicated selections in order", got)
+		}
+		for _, m := range models {
+			if status(t, rt, m.ID).Loaded || ctl(t, m).Destructions.Load() != 1 {
+				t.Fatalf("%s not unloaded exactly once", m.ID)
 			}
-			checkDrained(t, rt)
-		})
-	}
+		}
+		checkDrained(t, rt)
+	})
 }
 
 func TestBulkPublicationExcludesOnlyOtherBulkCalls(t *testing.T) {
@@ -532,9 +534,7 @@ func TestGuardedLoadingDoesNotBlockWarmModel(t *testing.T) {
 
 func TestInvalidReconfigurationPreservesLiveState(t *testing.T) {
 	ctx := testCtx(t)
-	a := fixtureModel("m", fileName(t, "a"), 2, 0)
-	rt := newRuntime(t, nil, a)
-	ca := ctl(t, a)
+	rt, a, ca := singleModel(t, 2)
 	if _, err := infer(ctx, rt, "m", nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -662,9 +662,7 @@ func TestLivePolicyDoesNotHoldRegistryLock(t *testing.T) {
 
 func TestUnsupportedCapacityPreservesRegistration(t *testing.T) {
 	ctx := testCtx(t)
-	a := fixtureModel("m", fileName(t, "a"), 2, 0)
-	rt := newRuntime(t, nil, a)
-	ca := ctl(t, a)
+	rt, a, ca := singleModel(t, 2)
 	if _, err := infer(ctx, rt, "m", nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -722,9 +720,7 @@ func TestUnsupportedCapacityPreservesRegistration(t *testing.T) {
 
 func TestDynamicCapacityChangesUseParallelLifecycle(t *testing.T) {
 	ctx := testCtx(t)
-	a := fixtureModel("m", fileName(t, "a"), -1, 0)
-	rt := newRuntime(t, nil, a)
-	ca := ctl(t, a)
+	rt, _, ca := singleModel(t, -1)
 	if _, err := infer(ctx, rt, "m", nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -777,78 +773,71 @@ func TestDynamicCapacityChangesUseParallelLifecycle(t *testing.T) {
 }
 
 func TestUnloadIsIdempotentAndWaitsForLazyLoad(t *testing.T) {
-	for _, c := range capacities {
-		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) {
-			ctx := testCtx(t)
-			a := fixtureModel("m", fileName(t, "a"), c, 0)
-			rt := newRuntime(t, nil, a)
-			ca := ctl(t, a)
-			ca.LoadGate.Arm()
-			var log events
-			reqDone := make(chan struct{})
-			goT(t, func() { _ = runHeld(ctx, rt, "m", "req", &log); close(reqDone) })
-			if !ca.LoadGate.WaitSeen(2 * time.Second) {
-				t.Fatal("lazy load did not start")
-			}
-			unloadDone := make(chan error, 1)
-			goT(t, func() { err := rt.Unload(ctx, "m"); log.add("unload"); unloadDone <- err })
-			waitQueue(t, rt, "m", 0, 1)
-			ca.LoadGate.Release()
-			if err := <-unloadDone; err != nil {
-				t.Fatal(err)
-			}
-			<-reqDone
-			if got := log.get(); !slices.Equal(got, []string{"req:" + ca.Name(), "unload"}) {
-				t.Fatalf("order %v", got)
-			}
-			if err := rt.Unload(ctx, "m"); err != nil {
-				t.Fatalf("second unload: %v", err)
-			}
-			if status(t, rt, "m").Loaded || ca.Destructions.Load() != 1 {
-				t.Fatal("not unloaded exactly once")
-			}
-			if err := rt.Unload(ctx, "nope"); !apierror.Is(err, apierror.TypeNotFound) {
-				t.Fatalf("unknown id: %v", err)
-			}
-		})
-	}
+	forSlots(t, capacities, func(t *testing.T, c int) {
+		ctx := testCtx(t)
+		rt, _, ca := singleModel(t, c)
+		ca.LoadGate.Arm()
+		var log events
+		reqDone := make(chan struct{})
+		goT(t, func() { _ = runHeld(ctx, rt, "m", "req", &log); close(reqDone) })
+		if !ca.LoadGate.WaitSeen(2 * time.Second) {
+			t.Fatal("lazy load did not start")
+		}
+		unloadDone := make(chan error, 1)
+		goT(t, func() { err := rt.Unload(ctx, "m"); log.add("unload"); unloadDone <- err })
+		waitQueue(t, rt, "m", 0, 1)
+		ca.LoadGate.Release()
+		if err := <-unloadDone; err != nil {
+			t.Fatal(err)
+		}
+		<-reqDone
+		if got := log.get(); !slices.Equal(got, []string{"req:" + ca.Name(), "unload"}) {
+			t.Fatalf("order %v", got)
+		}
+		if err := rt.Unload(ctx, "m"); err != nil {
+			t.Fatalf("second unload: %v", err)
+		}
+		if status(t, rt, "m").Loaded || ca.Destructions.Load() != 1 {
+			t.Fatal("not unloaded exactly once")
+		}
+		if err := rt.Unload(ctx, "nope"); !apierror.Is(err, apierror.TypeNotFound) {
+			t.Fatalf("unknown id: %v", err)
+		}
+	})
 }
 
 // TestBarrierBlocksLaterRequestsWithFreeSlots: a waiting manager blocks
 // every later request even while slots are free (nothing overtakes the head
 // of the queue).
 func TestBarrierBlocksLaterRequestsWithFreeSlots(t *testing.T) {
-	for _, c := range []int{2, 4} {
-		t.Run(fmt.Sprintf("slots=%d", c), func(t *testing.T) {
-			ctx := testCtx(t)
-			a := fixtureModel("m", fileName(t, "a"), c, 0)
-			rt := newRuntime(t, nil, a)
-			held, err := rt.Acquire(ctx, "m", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var log events
-			mgr := make(chan error, 1)
-			goT(t, func() { err := rt.Unload(ctx, "m"); log.add("manager"); mgr <- err })
-			waitQueue(t, rt, "m", 0, 1)
-			late := make(chan error, 1)
-			goT(t, func() { late <- runHeld(ctx, rt, "m", "late", &log) })
-			waitQueue(t, rt, "m", 1, 1)
-			time.Sleep(20 * time.Millisecond)
-			if st := status(t, rt, "m"); st.Slots.Active != 1 || st.Slots.Queued != 1 {
-				t.Fatalf("a later request overtook the waiting manager: %+v", *st.Slots)
-			}
-			held.Release()
-			if err := <-mgr; err != nil {
-				t.Fatal(err)
-			}
-			if err := <-late; err != nil {
-				t.Fatal(err)
-			}
-			if ctl(t, a).Loads.Load() != 2 {
-				t.Fatalf("loads %d: the late request must run after the unload (and reload)", ctl(t, a).Loads.Load())
-			}
-			checkDrained(t, rt)
-		})
-	}
+	forSlots(t, []int{2, 4}, func(t *testing.T, c int) {
+		ctx := testCtx(t)
+		rt, _, ca := singleModel(t, c)
+		held, err := rt.Acquire(ctx, "m", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log events
+		mgr := make(chan error, 1)
+		goT(t, func() { err := rt.Unload(ctx, "m"); log.add("manager"); mgr <- err })
+		waitQueue(t, rt, "m", 0, 1)
+		late := make(chan error, 1)
+		goT(t, func() { late <- runHeld(ctx, rt, "m", "late", &log) })
+		waitQueue(t, rt, "m", 1, 1)
+		time.Sleep(20 * time.Millisecond)
+		if st := status(t, rt, "m"); st.Slots.Active != 1 || st.Slots.Queued != 1 {
+			t.Fatalf("a later request overtook the waiting manager: %+v", *st.Slots)
+		}
+		held.Release()
+		if err := <-mgr; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-late; err != nil {
+			t.Fatal(err)
+		}
+		if ca.Loads.Load() != 2 {
+			t.Fatalf("loads %d: the late request must run after the unload (and reload)", ca.Loads.Load())
+		}
+		checkDrained(t, rt)
+	})
 }
