@@ -225,43 +225,129 @@ func maxDiff(a, b []float32) float64 {
 	return m
 }
 
+// refMulMat is ggml's mul_mat in float64: a holds m rows of k values, b
+// holds n rows of k values, and out[j*m+i] is the dot product of a's row i
+// and b's row j.
+func refMulMat(a, b []float32, k, m, n int) []float64 {
+	out := make([]float64, m*n)
+	for j := range n {
+		for i := range m {
+			s := 0.0
+			for q := range k {
+				s += float64(a[i*k+q]) * float64(b[j*k+q])
+			}
+			out[j*m+i] = s
+		}
+	}
+	return out
+}
+
+// The helpers below do one step of building or running a graph and fail the
+// test on any error; closing what they return stays with the caller, so each
+// test keeps its own order of teardown.
+
+// newCtx opens a context with room for maxTensors tensors.
+func newCtx(t testing.TB, lib *Library, maxTensors int) *Context {
+	t.Helper()
+	ctx, err := lib.NewContext(maxTensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+// cpuBackend opens the CPU backend (device 0) with one thread.
+func cpuBackend(t testing.TB, lib *Library) *Backend {
+	t.Helper()
+	be, err := lib.NewBackend("cpu", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
+
+// buildGraph makes a default-size graph of ctx and expands it with outs, in
+// order.
+func buildGraph(t testing.TB, ctx *Context, outs ...*Tensor) *Graph {
+	t.Helper()
+	g, err := ctx.NewGraph(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range outs {
+		if err := g.Expand(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return g
+}
+
+// allocCtx places every tensor of ctx in one buffer of be.
+func allocCtx(t testing.TB, ctx *Context, be *Backend) *Buffer {
+	t.Helper()
+	buf, err := ctx.Alloc(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf
+}
+
+// allocGraph places the tensors of g with a new Allocator of be.
+func allocGraph(t testing.TB, be *Backend, g *Graph) *Allocator {
+	t.Helper()
+	alloc, err := be.NewAllocator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alloc.Alloc(g); err != nil {
+		alloc.Close()
+		t.Fatal(err)
+	}
+	return alloc
+}
+
+// setF32 writes v into x.
+func setF32(t testing.TB, x *Tensor, v []float32) {
+	t.Helper()
+	if err := x.SetF32(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compute runs g on be.
+func compute(t testing.TB, be *Backend, g *Graph) {
+	t.Helper()
+	if err := be.Compute(g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// computeF32 runs g on be and reads out.
+func computeF32(t testing.TB, be *Backend, g *Graph, out *Tensor) []float32 {
+	t.Helper()
+	compute(t, be, g)
+	got, err := out.F32()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 func TestAddOnEveryBackend(t *testing.T) {
 	lib := openTestLib(t)
 	for _, be := range backends(t, lib) {
 		t.Run(be.Kind(), func(t *testing.T) {
-			ctx, err := lib.NewContext(8)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx := newCtx(t, lib, 8)
 			defer ctx.Close()
 			a := ctx.NewTensor1D(TypeF32, 5).SetName("a")
 			b := ctx.NewTensor1D(TypeF32, 5).SetName("b")
 			sum := ctx.Add(a, b)
-			g, err := ctx.NewGraph(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Expand(sum); err != nil {
-				t.Fatal(err)
-			}
-			buf, err := ctx.Alloc(be)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := buildGraph(t, ctx, sum)
+			buf := allocCtx(t, ctx, be)
 			defer buf.Close()
-			if err := a.SetF32([]float32{1, 2, 3, 4, 5}); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.SetF32([]float32{10, 20, 30, 40, 50.5}); err != nil {
-				t.Fatal(err)
-			}
-			if err := be.Compute(g); err != nil {
-				t.Fatal(err)
-			}
-			got, err := sum.F32()
-			if err != nil {
-				t.Fatal(err)
-			}
+			setF32(t, a, []float32{1, 2, 3, 4, 5})
+			setF32(t, b, []float32{10, 20, 30, 40, 50.5})
+			got := computeF32(t, be, g, sum)
 			want := []float32{11, 22, 33, 44, 55.5}
 			if maxDiff(got, want) != 0 {
 				t.Fatalf("a+b = %v, want %v", got, want)
@@ -288,14 +374,8 @@ func TestMulMatConvAllocator(t *testing.T) {
 
 	// References in float64.
 	mm := make([]float32, M*N)
-	for n := range N {
-		for m := range M {
-			s := 0.0
-			for k := range K {
-				s += float64(av[m*K+k]) * float64(bv[n*K+k])
-			}
-			mm[n*M+m] = float32(s)
-		}
+	for i, s := range refMulMat(av, bv, K, M, N) {
+		mm[i] = float32(s)
 	}
 	lout := (L+2*p-KW)/stride + 1
 	conv := make([]float32, lout*Cout*NB)
@@ -325,61 +405,26 @@ func TestMulMatConvAllocator(t *testing.T) {
 			defer wctx.Close()
 			a := wctx.NewTensor2D(TypeF32, K, M)
 			w := wctx.NewTensor3D(TypeF32, KW, Cin, Cout)
-			wbuf, err := wctx.Alloc(be)
-			if err != nil {
-				t.Fatal(err)
-			}
+			wbuf := allocCtx(t, wctx, be)
 			defer wbuf.Close()
-			if err := a.SetF32(av); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.SetF32(wv); err != nil {
-				t.Fatal(err)
-			}
+			setF32(t, a, av)
+			setF32(t, w, wv)
 
-			ctx, err := lib.NewContext(64)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx := newCtx(t, lib, 64)
 			defer ctx.Close()
 			b := ctx.NewTensor2D(TypeF32, K, N).SetInput()
 			x := ctx.NewTensor3D(TypeF32, L, Cin, NB).SetInput()
 			prod := ctx.MulMat(a, b).SetOutput()
 			y := ctx.Tanh(ctx.Conv1D(w, x, stride, p, 1)).SetOutput()
-			g, err := ctx.NewGraph(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Expand(prod); err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Expand(y); err != nil {
-				t.Fatal(err)
-			}
-			alloc, err := be.NewAllocator()
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := buildGraph(t, ctx, prod, y)
+			alloc := allocGraph(t, be, g)
 			defer alloc.Close()
-			if err := alloc.Alloc(g); err != nil {
-				t.Fatal(err)
-			}
 			if alloc.Size() <= 0 {
 				t.Fatalf("allocator size %d", alloc.Size())
 			}
-			if err := b.SetF32(bv); err != nil {
-				t.Fatal(err)
-			}
-			if err := x.SetF32(xv); err != nil {
-				t.Fatal(err)
-			}
-			if err := be.Compute(g); err != nil {
-				t.Fatal(err)
-			}
-			got, err := prod.F32()
-			if err != nil {
-				t.Fatal(err)
-			}
+			setF32(t, b, bv)
+			setF32(t, x, xv)
+			got := computeF32(t, be, g, prod)
 			if prod.Shape() != [4]int64{M, N, 1, 1} {
 				t.Fatalf("mul_mat shape %v", prod.Shape())
 			}
@@ -399,15 +444,9 @@ func TestMulMatConvAllocator(t *testing.T) {
 			}
 			// Same backend, same inputs: identical bytes. The allocator may
 			// reuse an input's memory after its last use, so set them again.
-			if err := b.SetF32(bv); err != nil {
-				t.Fatal(err)
-			}
-			if err := x.SetF32(xv); err != nil {
-				t.Fatal(err)
-			}
-			if err := be.Compute(g); err != nil {
-				t.Fatal(err)
-			}
+			setF32(t, b, bv)
+			setF32(t, x, xv)
+			compute(t, be, g)
 			again, _ := y.F32()
 			for i := range again {
 				if math.Float32bits(again[i]) != math.Float32bits(gotc[i]) {
@@ -420,10 +459,7 @@ func TestMulMatConvAllocator(t *testing.T) {
 
 func TestShapeErrorsDoNotAbort(t *testing.T) {
 	lib := openTestLib(t)
-	ctx, err := lib.NewContext(16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := newCtx(t, lib, 16)
 	defer ctx.Close()
 	a := ctx.NewTensor2D(TypeF32, 4, 3)
 	b := ctx.NewTensor2D(TypeF32, 5, 3)
@@ -454,10 +490,7 @@ func TestShapeErrorsDoNotAbort(t *testing.T) {
 		},
 		"set_name": func(c *Context) *Tensor { return c.NewTensor1D(TypeF32, 1).SetName(strings.Repeat("x", 64)) },
 	} {
-		c, err := lib.NewContext(8)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := newCtx(t, lib, 8)
 		build(c)
 		if c.Err() == nil {
 			t.Errorf("%s: no error recorded", name)
@@ -495,25 +528,16 @@ func TestShapeErrorsDoNotAbort(t *testing.T) {
 
 func TestOwnership(t *testing.T) {
 	lib := openTestLib(t)
-	be, err := lib.NewBackend("cpu", 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := cpuBackend(t, lib)
 	defer be.Close()
-	ctx, err := lib.NewContext(8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := newCtx(t, lib, 8)
 	a := ctx.NewTensor1D(TypeF32, 3)
 	b := ctx.NewTensor1D(TypeI32, 3)
 	// Data access before allocation is an error.
 	if err := a.SetF32([]float32{1, 2, 3}); err == nil || !strings.Contains(err.Error(), "no data") {
 		t.Fatalf("set before alloc: %v", err)
 	}
-	buf, err := ctx.Alloc(be)
-	if err != nil {
-		t.Fatal(err)
-	}
+	buf := allocCtx(t, ctx, be)
 	if buf.Size() < 24 {
 		t.Fatalf("buffer size %d", buf.Size())
 	}
@@ -566,21 +590,13 @@ func TestOwnership(t *testing.T) {
 		t.Fatalf("op on closed context: %v", ctx.Err())
 	}
 	// Typed access to a non-contiguous view is refused; its source works.
-	vctx, err := lib.NewContext(4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vctx := newCtx(t, lib, 4)
 	defer vctx.Close()
 	m := vctx.NewTensor2D(TypeF32, 2, 3)
 	tr := vctx.Transpose(m)
-	vbuf, err := vctx.Alloc(be)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vbuf := allocCtx(t, vctx, be)
 	defer vbuf.Close()
-	if err := m.SetF32([]float32{1, 2, 3, 4, 5, 6}); err != nil {
-		t.Fatal(err)
-	}
+	setF32(t, m, []float32{1, 2, 3, 4, 5, 6})
 	if _, err := tr.F32(); err == nil || !strings.Contains(err.Error(), "non-contiguous") {
 		t.Fatalf("F32 of a transposed view: %v", err)
 	}
@@ -600,25 +616,13 @@ func TestOwnership(t *testing.T) {
 // compute buffer was freed, is an error.
 func TestComputeChecksAllocation(t *testing.T) {
 	lib := openTestLib(t)
-	be, err := lib.NewBackend("cpu", 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := cpuBackend(t, lib)
 	defer be.Close()
-	ctx, err := lib.NewContext(8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := newCtx(t, lib, 8)
 	defer ctx.Close()
 	x := ctx.NewTensor1D(TypeF32, 4).SetInput()
 	y := ctx.Scale(ctx.Sqr(x), 0.5)
-	g, err := ctx.NewGraph(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Expand(y); err != nil {
-		t.Fatal(err)
-	}
+	g := buildGraph(t, ctx, y)
 	if err := be.Compute(g); err == nil || !strings.Contains(err.Error(), "no memory") {
 		t.Fatalf("compute without allocation: %v", err)
 	}
@@ -632,12 +636,8 @@ func TestComputeChecksAllocation(t *testing.T) {
 	if err := alloc.Alloc(g); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.SetF32([]float32{1, -2, 3, 4}); err != nil {
-		t.Fatal(err)
-	}
-	if err := be.Compute(g); err != nil {
-		t.Fatal(err)
-	}
+	setF32(t, x, []float32{1, -2, 3, 4})
+	compute(t, be, g)
 	got, _ := y.F32()
 	if maxDiff(got, []float32{0.5, 2, 4.5, 8}) != 0 {
 		t.Fatalf("0.5*x^2 = %v", got)
@@ -658,24 +658,16 @@ func TestForkParallel(t *testing.T) {
 	lib := openTestLib(t)
 	for _, be := range backends(t, lib) {
 		t.Run(be.Kind(), func(t *testing.T) {
-			wctx, err := lib.NewContext(2)
-			if err != nil {
-				t.Fatal(err)
-			}
+			wctx := newCtx(t, lib, 2)
 			defer wctx.Close()
 			w := wctx.NewTensor2D(TypeF32, 8, 8)
-			wbuf, err := wctx.Alloc(be)
-			if err != nil {
-				t.Fatal(err)
-			}
+			wbuf := allocCtx(t, wctx, be)
 			defer wbuf.Close()
 			wv := make([]float32, 64)
 			for i := range 8 {
 				wv[i*8+i] = 2 // 2 * identity
 			}
-			if err := w.SetF32(wv); err != nil {
-				t.Fatal(err)
-			}
+			setF32(t, w, wv)
 			var wg sync.WaitGroup
 			errs := make(chan error, 4)
 			for s := range 4 {
@@ -807,36 +799,18 @@ var keep [][]byte
 // ops: the binding's per-call cost, not ggml's arithmetic.
 func BenchmarkComputeOverhead(b *testing.B) {
 	lib := openTestLib(&testing.T{})
-	be, err := lib.NewBackend("cpu", 0, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
+	be := cpuBackend(b, lib)
 	defer be.Close()
-	ctx, err := lib.NewContext(2100)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ctx := newCtx(b, lib, 2100)
 	defer ctx.Close()
 	x := ctx.NewTensor1D(TypeF32, 4).SetInput()
 	y := x
 	for range 2000 {
 		y = ctx.Add(y, x)
 	}
-	g, err := ctx.NewGraph(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := g.Expand(y); err != nil {
-		b.Fatal(err)
-	}
-	a, err := be.NewAllocator()
-	if err != nil {
-		b.Fatal(err)
-	}
+	g := buildGraph(b, ctx, y)
+	a := allocGraph(b, be, g)
 	defer a.Close()
-	if err := a.Alloc(g); err != nil {
-		b.Fatal(err)
-	}
 	b.ResetTimer()
 	for range b.N {
 		if err := be.Compute(g); err != nil {
@@ -881,39 +855,21 @@ func TestVersionMismatch(t *testing.T) {
 func TestLiveCounts(t *testing.T) {
 	lib := openTestLib(t)
 	base := lib.Live()
-	be, err := lib.NewBackend("cpu", 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := cpuBackend(t, lib)
 	fork, err := be.Fork()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, err := lib.NewContext(4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := newCtx(t, lib, 4)
 	x := ctx.NewTensor1D(TypeF32, 8)
-	g, err := ctx.NewGraph(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Expand(ctx.Relu(x)); err != nil {
-		t.Fatal(err)
-	}
+	g := buildGraph(t, ctx, ctx.Relu(x))
 	alloc, err := fork.NewAllocator()
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, err := lib.NewContext(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wctx := newCtx(t, lib, 1)
 	wctx.NewTensor1D(TypeF32, 8)
-	buf, err := wctx.Alloc(be)
-	if err != nil {
-		t.Fatal(err)
-	}
+	buf := allocCtx(t, wctx, be)
 	want := Live{Contexts: base.Contexts + 2, Buffers: base.Buffers + 1, Allocators: base.Allocators + 1, Backends: base.Backends + 2}
 	if got := lib.Live(); got != want {
 		t.Fatalf("live %+v, want %+v", got, want)
@@ -939,39 +895,18 @@ func TestComputeRefusesForeignBuffers(t *testing.T) {
 		t.Skip("needs the Vulkan backend (lavapipe): install libvulkan1 mesa-vulkan-drivers and run `make deps`")
 	}
 	cpu, vk := bes[0], bes[1]
-	wctx, err := lib.NewContext(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wctx := newCtx(t, lib, 1)
 	defer wctx.Close()
 	w := wctx.NewTensor1D(TypeF32, 4).SetName("w")
-	wbuf, err := wctx.Alloc(cpu)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wbuf := allocCtx(t, wctx, cpu)
 	defer wbuf.Close()
-	ctx, err := lib.NewContext(4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := newCtx(t, lib, 4)
 	defer ctx.Close()
 	x := ctx.NewTensor1D(TypeF32, 4)
-	g, err := ctx.NewGraph(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Expand(ctx.Add(x, w)); err != nil {
-		t.Fatal(err)
-	}
-	alloc, err := vk.NewAllocator()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := buildGraph(t, ctx, ctx.Add(x, w))
+	alloc := allocGraph(t, vk, g)
 	defer alloc.Close()
-	if err := alloc.Alloc(g); err != nil {
-		t.Fatal(err)
-	}
-	err = vk.Compute(g)
+	err := vk.Compute(g)
 	if err == nil || !strings.Contains(err.Error(), `"w"`) || !strings.Contains(err.Error(), "cannot use") {
 		t.Fatalf("Vulkan graph reading a CPU buffer: %v", err)
 	}
@@ -1028,34 +963,16 @@ func TestDefaultDirSearchesUpward(t *testing.T) {
 // mistaken for the allocator's own.
 func TestAllocRefusesClosedBuffers(t *testing.T) {
 	lib := openTestLib(t)
-	be, err := lib.NewBackend("cpu", 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := cpuBackend(t, lib)
 	defer be.Close()
-	sctx, err := lib.NewContext(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sctx := newCtx(t, lib, 1)
 	defer sctx.Close()
 	state := sctx.NewTensor1D(TypeF32, 4).SetName("state")
-	sbuf, err := sctx.Alloc(be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := lib.NewContext(8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sbuf := allocCtx(t, sctx, be)
+	ctx := newCtx(t, lib, 8)
 	defer ctx.Close()
 	x := ctx.NewTensor1D(TypeF32, 4).SetInput()
-	g, err := ctx.NewGraph(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Expand(ctx.Cpy(ctx.Add(x, state), state)); err != nil {
-		t.Fatal(err)
-	}
+	g := buildGraph(t, ctx, ctx.Cpy(ctx.Add(x, state), state))
 	sbuf.Close()
 	alloc, err := be.NewAllocator()
 	if err != nil {
@@ -1088,32 +1005,16 @@ func TestVulkanBufferChurn(t *testing.T) {
 	before := lib.recycles
 	lib.liveMu.Unlock()
 	for i := range 300 {
-		ctx, err := lib.NewContext(8)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx := newCtx(t, lib, 8)
 		k, m, n := d()*d(), d(), d()*d()
 		w := ctx.NewTensor2D(TypeF32, k, m)
 		x := ctx.NewTensor2D(TypeF32, k, n)
 		y := ctx.MulMat(w, ctx.Relu(x))
-		g, err := ctx.NewGraph(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Expand(y); err != nil {
-			t.Fatal(err)
-		}
-		buf, err := ctx.Alloc(vk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := buildGraph(t, ctx, y)
+		buf := allocCtx(t, ctx, vk)
 		wv, xv := randF32(r, int(k*m)), randF32(r, int(k*n))
-		if err := w.SetF32(wv); err != nil {
-			t.Fatal(err)
-		}
-		if err := x.SetF32(xv); err != nil {
-			t.Fatal(err)
-		}
+		setF32(t, w, wv)
+		setF32(t, x, xv)
 		if err := vk.Compute(g); err != nil {
 			t.Fatalf("graph %d: %v", i, err)
 		}
