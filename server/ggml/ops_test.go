@@ -160,43 +160,27 @@ func TestOpsAgainstGo(t *testing.T) {
 		t.Run(be.Kind(), func(t *testing.T) {
 			for _, k := range cases {
 				t.Run(k.name, func(t *testing.T) {
-					ctx, err := lib.NewContext(32)
-					if err != nil {
-						t.Fatal(err)
-					}
+					ctx := newCtx(t, lib, 32)
 					defer ctx.Close()
 					a := ctx.NewTensor3D(TypeF32, n0, n1, n2).SetInput()
 					b := ctx.NewTensor3D(TypeF32, n0, n1, n2).SetInput()
 					row := ctx.NewTensor1D(TypeF32, n0).SetInput()
 					ix := ctx.NewTensor1D(TypeI32, int64(len(idx))).SetInput()
 					out := k.build(ctx, a, b, row, ix).SetOutput()
-					g, err := ctx.NewGraph(0)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := g.Expand(out); err != nil {
-						t.Fatal(err)
-					}
+					g := buildGraph(t, ctx, out)
 					// Inputs that the op does not use still need memory to be set.
-					buf, err := ctx.Alloc(be)
-					if err != nil {
-						t.Fatal(err)
-					}
+					buf := allocCtx(t, ctx, be)
 					defer buf.Close()
 					for _, in := range []struct {
 						t *Tensor
 						v []float32
 					}{{a, av}, {b, bv}, {row, rowv}} {
-						if err := in.t.SetF32(in.v); err != nil {
-							t.Fatal(err)
-						}
+						setF32(t, in.t, in.v)
 					}
 					if err := ix.SetI32(idx); err != nil {
 						t.Fatal(err)
 					}
-					if err := be.Compute(g); err != nil {
-						t.Fatal(err)
-					}
+					compute(t, be, g)
 					if out.Shape() != k.shape {
 						t.Fatalf("shape %v, want %v", out.Shape(), k.shape)
 					}
@@ -300,10 +284,7 @@ func TestRandomOpsNeverAbort(t *testing.T) {
 	}
 	computed, refused := 0, 0
 	for i := range 800 {
-		ctx, err := lib.NewContext(64)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx := newCtx(t, lib, 64)
 		op := r.IntN(len(ops))
 		if only >= 0 {
 			op = only
@@ -315,13 +296,7 @@ func TestRandomOpsNeverAbort(t *testing.T) {
 			ctx.Close()
 			continue
 		}
-		g, err := ctx.NewGraph(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Expand(out); err != nil {
-			t.Fatal(err)
-		}
+		g := buildGraph(t, ctx, out)
 		buf, err := ctx.Alloc(be)
 		if err != nil {
 			t.Fatalf("trial %d op %d: %v", i, op, err)
@@ -366,10 +341,7 @@ func srcDesc(t *Tensor) []string {
 // signal fit by strides but not by ggml's contiguous sizing; ggml would abort.
 func TestOverlappingViewRefused(t *testing.T) {
 	lib := openTestLib(t)
-	ctx, err := lib.NewContext(8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := newCtx(t, lib, 8)
 	defer ctx.Close()
 	x := ctx.NewTensor1D(TypeF32, 8)
 	// 3 frames of 4 with hop 2: strides reach element 7, dense size is 12.
@@ -377,10 +349,7 @@ func TestOverlappingViewRefused(t *testing.T) {
 	if v.Valid() || ctx.Err() == nil || !strings.Contains(ctx.Err().Error(), "contiguous bytes") {
 		t.Fatalf("overlapping view: valid=%v err=%v", v.Valid(), ctx.Err())
 	}
-	ok, err := lib.NewContext(8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ok := newCtx(t, lib, 8)
 	defer ok.Close()
 	y := ok.NewTensor1D(TypeF32, 16)
 	// The same frames inside a 16-element signal: allowed.
@@ -396,52 +365,21 @@ func TestMulMatPrecision(t *testing.T) {
 	const K, M, N = 256, 258, 512
 	r := rand.New(rand.NewPCG(5, 6))
 	av, bv := randF32(r, K*M), randF32(r, K*N)
-	ref := make([]float64, M*N)
-	for n := range N {
-		for m := range M {
-			s := 0.0
-			for k := range K {
-				s += float64(av[m*K+k]) * float64(bv[n*K+k])
-			}
-			ref[n*M+m] = s
-		}
-	}
+	ref := refMulMat(av, bv, K, M, N)
 	for _, be := range backends(t, lib) {
 		for _, prec := range []bool{false, true} {
-			ctx, err := lib.NewContext(4)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx := newCtx(t, lib, 4)
 			a := ctx.NewTensor2D(TypeF32, K, M)
 			b := ctx.NewTensor2D(TypeF32, K, N)
 			y := ctx.MulMat(a, b)
 			if prec {
 				y.SetPrecF32()
 			}
-			g, err := ctx.NewGraph(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Expand(y); err != nil {
-				t.Fatal(err)
-			}
-			buf, err := ctx.Alloc(be)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := a.SetF32(av); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.SetF32(bv); err != nil {
-				t.Fatal(err)
-			}
-			if err := be.Compute(g); err != nil {
-				t.Fatal(err)
-			}
-			got, err := y.F32()
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := buildGraph(t, ctx, y)
+			buf := allocCtx(t, ctx, be)
+			setF32(t, a, av)
+			setF32(t, b, bv)
+			got := computeF32(t, be, g, y)
 			worst := 0.0
 			for i := range got {
 				worst = math.Max(worst, math.Abs(float64(got[i])-ref[i]))
@@ -460,10 +398,7 @@ func TestMulMatPrecision(t *testing.T) {
 		}
 	}
 	// SetPrecF32 on anything but a MulMat result is an error.
-	ctx, err := lib.NewContext(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := newCtx(t, lib, 2)
 	defer ctx.Close()
 	ctx.Relu(ctx.NewTensor1D(TypeF32, 2)).SetPrecF32()
 	if ctx.Err() == nil {
