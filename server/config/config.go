@@ -27,6 +27,7 @@ const (
 	DefaultBusyTimeoutMs       = 300000
 	DefaultMaxRequestBodyBytes = 64 << 20
 	DefaultMaxAudioSeconds     = 1800
+	DefaultMaxInputChars       = 100000
 	MaxSlots                   = 16
 	// MaxMinFreeMemoryMb is the largest min_free_memory_mb accepted (1 PiB).
 	MaxMinFreeMemoryMb = 1 << 30
@@ -47,6 +48,7 @@ type Config struct {
 	LogRequestBody      bool
 	MaxRequestBodyBytes int64
 	MaxAudioSeconds     float64
+	MaxInputChars       int // longest text input (characters); 0 = no limit
 	MaxLoadedModels     int
 	IdleUnloadMs        int64
 	// MinFreeMemoryMb is the memory guard's headroom in MiB: a load is
@@ -159,7 +161,7 @@ func Default() *Config {
 	return &Config{
 		Host: DefaultHost, Port: DefaultPort, Backend: DefaultBackend, Threads: DefaultThreads,
 		BusyTimeoutMs: DefaultBusyTimeoutMs, UI: true, MaxRequestBodyBytes: DefaultMaxRequestBodyBytes,
-		MaxAudioSeconds: DefaultMaxAudioSeconds,
+		MaxAudioSeconds: DefaultMaxAudioSeconds, MaxInputChars: DefaultMaxInputChars,
 	}
 }
 
@@ -225,6 +227,8 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 			cfg.MaxRequestBodyBytes = r.intRange(key, v, 0, 1<<53-1)
 		case "max_audio_seconds":
 			cfg.MaxAudioSeconds = r.number(key, v, 0, 1e9)
+		case "max_input_chars":
+			cfg.MaxInputChars = int(r.intRange(key, v, 0, math.MaxInt32))
 		case "max_loaded_models":
 			cfg.MaxLoadedModels = int(r.intRange(key, v, 0, math.MaxInt32))
 		case "idle_unload_ms":

@@ -13,7 +13,7 @@ func TestDefaultsAndModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Host != "127.0.0.1" || cfg.Port != 8080 || cfg.Backend != "cpu" || cfg.BusyTimeoutMs != 300000 ||
-		cfg.MaxRequestBodyBytes != 64<<20 || cfg.Threads != 1 {
+		cfg.MaxRequestBodyBytes != 64<<20 || cfg.Threads != 1 || cfg.MaxInputChars != 100000 {
 		t.Fatalf("defaults wrong: %+v", cfg)
 	}
 	m := cfg.Models[0]

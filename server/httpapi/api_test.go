@@ -516,3 +516,12 @@ func TestLoadRouteMissingPathIs400(t *testing.T) {
 			500, "server_error", "")
 	})
 }
+
+func TestInputLengthLimit(t *testing.T) {
+	e, _ := startServer(t, variants[0], fixtureConfig(t, variants[0], `, "max_input_chars": 5`))
+	e.POST("/v1/audio/speech").WithJSON(map[string]any{"model": "tts", "input": "héllo"}).Expect().Status(200)
+	expectError(e.POST("/v1/audio/speech").WithJSON(map[string]any{"model": "tts", "input": "hello!"}).Expect(), 413, "invalid_request_error", "max_input_chars (5)")
+	expectError(e.POST("/v1/tasks/run").WithJSON(map[string]any{"model": "tts", "text": "hello!"}).Expect(), 413, "invalid_request_error", "max_input_chars")
+	e2, _ := startServer(t, variants[0], fixtureConfig(t, variants[0], `, "max_input_chars": 0`))
+	e2.POST("/v1/audio/speech").WithJSON(map[string]any{"model": "tts", "input": strings.Repeat("a", 200000)}).Expect().Status(200)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/audioproof/audioproof/server/apierror"
 )
@@ -170,4 +171,15 @@ func (f fields) options(defaults map[string]string) (map[string]string, error) {
 		out[t.option] = s
 	}
 	return out, nil
+}
+
+// checkInputLength applies max_input_chars to a text input.
+func checkInputLength(field, text string, limit int) error {
+	if limit <= 0 {
+		return nil
+	}
+	if n := utf8.RuneCountInString(text); n > limit {
+		return apierror.TooLargef("field %q has %d characters; the limit is max_input_chars (%d): split the text or raise the limit in the config", field, n, limit)
+	}
+	return nil
 }

@@ -102,6 +102,9 @@ func (s *Server) speech(x *exchange) error {
 	if err != nil {
 		return err
 	}
+	if err := checkInputLength("input", input, s.cfg.MaxInputChars); err != nil {
+		return err
+	}
 	busy, err := f.busyTimeout()
 	if err != nil {
 		return err

@@ -83,6 +83,9 @@ func (s *Server) taskRequest(m config.Model, f fields) (*session.Request, error)
 			return nil, err
 		}
 	}
+	if err := checkInputLength("input", req.Input, s.cfg.MaxInputChars); err != nil {
+		return nil, err
+	}
 	if req.Audio, err = s.jsonAudio(f); err != nil {
 		return nil, err
 	}
