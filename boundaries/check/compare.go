@@ -115,11 +115,15 @@ func (c *checker) compareEntry(p string, base *baseEntry, m filemode.FileMode, h
 	if m != base.mode {
 		modeNote = fmt.Sprintf("mode %o in the base, %o in the %s", uint32(base.mode), uint32(m), label)
 	}
-	if h == base.hash {
+	// sameBytes is the verdict when only the mode may have changed.
+	sameBytes := func() (*finding, error) {
 		if modeNote != "" {
 			return &finding{kind: KindMode, detail: modeNote}, nil
 		}
 		return nil, nil
+	}
+	if h == base.hash {
+		return sameBytes()
 	}
 	was, err := c.blob(base.hash)
 	if err != nil {
@@ -130,10 +134,7 @@ func (c *checker) compareEntry(p string, base *baseEntry, m filemode.FileMode, h
 		return nil, err
 	}
 	if sameContent(was, now) {
-		if modeNote != "" {
-			return &finding{kind: KindMode, detail: modeNote}, nil
-		}
-		return nil, nil
+		return sameBytes()
 	}
 	f := &finding{kind: KindModified, detail: "content differs from the base in the " + label,
 		diff: textDiff(p, was, now, "base/"+p, label+"/"+p)}
