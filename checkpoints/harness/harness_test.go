@@ -16,11 +16,38 @@ import (
 	"github.com/audioproof/audioproof/evidence/results"
 )
 
-var (
-	fakeOnce sync.Once
-	fakeBin  string
-	fakeErr  error
-)
+// builtBinary is a main package of this module built once per test binary.
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// get builds pkg (relative to the module root) as name on first use, with
+// env added to the environment, and returns the binary's path.
+func (b *builtBinary) get(t *testing.T, pkg, name string, env ...string) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", name+"-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-trimpath", "-o", b.path, pkg)
+		cmd.Dir = repoRoot(t)
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+var fakeBinary builtBinary
 
 // repoRoot is the module root (two levels above this package).
 func repoRoot(t *testing.T) string {
@@ -35,23 +62,7 @@ func repoRoot(t *testing.T) string {
 // fakeServer builds testdata/checkpoints/fakeserver once per test binary.
 func fakeServer(t *testing.T) string {
 	t.Helper()
-	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fakeserver-")
-		if err != nil {
-			fakeErr = err
-			return
-		}
-		fakeBin = filepath.Join(dir, "fakeserver")
-		cmd := exec.Command("go", "build", "-o", fakeBin, "./testdata/checkpoints/fakeserver")
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fakeErr = fmt.Errorf("building the fake server: %v\n%s", err, out)
-		}
-	})
-	if fakeErr != nil {
-		t.Fatal(fakeErr)
-	}
-	return fakeBin
+	return fakeBinary.get(t, "./testdata/checkpoints/fakeserver", "fakeserver")
 }
 
 type variantSpec struct {

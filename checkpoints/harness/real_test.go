@@ -2,21 +2,15 @@ package harness
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/audioproof/audioproof/evidence/archive"
 	"github.com/audioproof/audioproof/evidence/results"
 )
 
-var (
-	serverOnce sync.Once
-	serverBin  string
-	serverErr  error
-)
+var serverBinary builtBinary
 
 // realServer builds the project's server (./server) once per test binary.
 // It skips when the ggml libraries are absent (the server opens them at
@@ -32,26 +26,8 @@ func realServer(t *testing.T) string {
 			t.Skip("ggml libraries absent: run make deps")
 		}
 	}
-	serverOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "audioproof-server-")
-		if err != nil {
-			serverErr = err
-			return
-		}
-		serverBin = filepath.Join(dir, "audioproof-server")
-		// Built like make build, so the build cache is shared with it.
-		cmd := exec.Command("go", "build", "-trimpath", "-o", serverBin, "./server")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			serverErr = err
-			serverBin = string(out)
-		}
-	})
-	if serverErr != nil {
-		t.Fatalf("building ./server: %v\n%s", serverErr, serverBin)
-	}
-	return serverBin
+	// Built like make build, so the build cache is shared with it.
+	return serverBinary.get(t, "./server", "audioproof-server", "CGO_ENABLED=0")
 }
 
 // fixturePlan drives the real server with the fixture family: a TTS model
